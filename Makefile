@@ -1,0 +1,117 @@
+# Hearth build.  `make` builds build/bin/hearth-train (and build/bin/hearth once
+# the orchestrator exists); `make test` runs every test; `make SAN=1 test-unit`
+# runs the unit tests under ASan+UBSan in build-san/.
+#
+# Sources are discovered by directory so that adding a file needs no edit here:
+#   kernels/cpu/*.c       -> libhearth_kernels.a      (plain C fp32 reference)
+#   kernels/cuda/*.cu     -> libhearth_kernels_cuda.a (only where nvcc exists)
+#   trainer/shape/*.c     -> libhearth_shape.a        (pure model-shape/layout rules)
+#   trainer/model/*.c     -> libhearth_model.a        (model forward/backward)
+#   trainer/*.c           -> libhearth_train.a, except trainer/main.c
+#   tests/unit/test_*.c   -> build/tests/test_*       (cmocka; helpers in tests/unit/support/)
+
+CC      ?= gcc
+NVCC    ?= $(shell command -v nvcc 2>/dev/null)
+SAN     ?= 0
+BUILD   := $(if $(filter 1,$(SAN)),build-san,build)
+
+CSTD     = -std=c11 -D_GNU_SOURCE
+WARN     = -Wall -Wextra -Werror
+OPT      = -O2 -g
+SANFLAGS = $(if $(filter 1,$(SAN)),-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined,)
+CFLAGS  += $(CSTD) $(WARN) $(OPT) -fopenmp $(SANFLAGS) -MMD -MP -I. -Ikernels -Itrainer
+LDFLAGS += -fopenmp $(SANFLAGS)
+LDLIBS  += -lyaml -ljansson -lcrypto -lm -lpthread
+
+NVCCFLAGS = -O2 -std=c++17 -I. -Ikernels \
+            -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=sm_90 \
+            -Xcompiler -Wall,-Wextra,-Werror
+
+KERNEL_SRC := $(wildcard kernels/cpu/*.c)
+CUDA_SRC   := $(wildcard kernels/cuda/*.cu)
+SHAPE_SRC  := $(wildcard trainer/shape/*.c)
+MODEL_SRC  := $(wildcard trainer/model/*.c)
+TRAIN_SRC  := $(filter-out trainer/main.c,$(wildcard trainer/*.c))
+TEST_SUPPORT_SRC := $(wildcard tests/unit/support/*.c)
+TEST_SRC   := $(wildcard tests/unit/test_*.c)
+BENCH_SRC  := $(wildcard contrib/bench/*.c)
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+
+LIB_KERNELS := $(BUILD)/lib/libhearth_kernels.a
+LIB_SHAPE   := $(BUILD)/lib/libhearth_shape.a
+LIB_MODEL   := $(BUILD)/lib/libhearth_model.a
+LIB_TRAIN   := $(BUILD)/lib/libhearth_train.a
+LIB_CUDA    := $(BUILD)/lib/libhearth_kernels_cuda.a
+# Link order: dependents first.
+LIBS := $(LIB_TRAIN) $(LIB_MODEL) $(LIB_SHAPE) $(LIB_KERNELS)
+
+TRAIN_BIN  := $(BUILD)/bin/hearth-train
+TEST_BINS  := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+BENCH_BINS := $(patsubst contrib/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+
+ALL := $(TRAIN_BIN)
+ifneq ($(NVCC),)
+ifneq ($(CUDA_SRC),)
+ALL += $(LIB_CUDA)
+endif
+endif
+
+.PHONY: all test test-unit test-san bench deps clean cuda
+all: $(ALL)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+define archive
+	@mkdir -p $(dir $@)
+	@rm -f $@
+	ar rcs $@ $^
+endef
+
+$(LIB_KERNELS): $(call obj,$(KERNEL_SRC)) ; $(archive)
+$(LIB_SHAPE):   $(call obj,$(SHAPE_SRC))  ; $(archive)
+$(LIB_MODEL):   $(call obj,$(MODEL_SRC))  ; $(archive)
+$(LIB_TRAIN):   $(call obj,$(TRAIN_SRC))  ; $(archive)
+$(LIB_CUDA):    $(patsubst %.cu,$(BUILD)/obj/%.o,$(CUDA_SRC)) ; $(archive)
+
+$(TRAIN_BIN): $(call obj,trainer/main.c) $(LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(call obj,$(TEST_SUPPORT_SRC)) $(LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) -lcmocka
+
+$(BUILD)/bench/%: $(BUILD)/obj/contrib/bench/%.o $(call obj,$(TEST_SUPPORT_SRC)) $(LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+cuda: $(if $(CUDA_SRC),$(LIB_CUDA))
+
+# Every test: unit binaries and CLI scripts, one summary line at the end.
+test: all $(TEST_BINS)
+	@BUILD=$(BUILD) tests/run.sh $(TEST_BINS) tests/cli/*.sh
+
+test-unit: $(TEST_BINS)
+	@BUILD=$(BUILD) tests/run.sh $(TEST_BINS)
+
+# Unit tests under AddressSanitizer + UndefinedBehaviorSanitizer.
+test-san:
+	$(MAKE) SAN=1 test-unit
+
+bench: all $(BENCH_BINS)
+	@contrib/bench/run.sh $(BUILD)
+
+deps:
+	contrib/install-deps.sh
+
+clean:
+	rm -rf build build-san
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

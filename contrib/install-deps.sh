@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs every Debian package Hearth needs to build and test; safe to run again.
+# The CUDA toolkit (nvcc, cuBLASLt, NCCL) is not a Debian package here: when nvcc is on
+# PATH the CUDA sources are compiled too, otherwise they are skipped.
+set -euo pipefail
+
+packages=(
+    build-essential   # gcc, make
+    pkg-config
+    libyaml-dev       # presets, run configs, experiment specs
+    libjansson-dev    # canonical config JSON, metrics.jsonl, result.json
+    libssl-dev        # sha256 of the canonical config (libcrypto)
+    libcmocka-dev     # unit tests
+    libsqlite3-dev    # results database (orchestrator)
+    sqlite3
+    libcurl4-openssl-dev  # slurmrestd backend (orchestrator)
+)
+
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -eq 0 ]; then
+    echo "install-deps: all ${#packages[@]} packages present"
+    exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update
+$SUDO apt-get install -y --no-install-recommends "${missing[@]}"

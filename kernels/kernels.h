@@ -1,0 +1,155 @@
+/* kernels.h - the compute kernels of Hearth, fp32 CPU reference (kernels/cpu/).
+ *
+ * This API knows nothing of models or parallelism.  kernels/cuda/ provides the same
+ * entry points under the kcuda_ prefix, on device buffers, and is tested against these.
+ *
+ * Conventions (every function):
+ *   - Tensors are row-major and contiguous; shapes are given in [brackets].
+ *   - The caller owns every buffer; nothing here allocates memory that outlives a call.
+ *   - Backward functions ADD (+=) into every gradient they produce, so that branches
+ *     (residuals, tied weights, gradient accumulation) compose; callers zero first.
+ *     A gradient pointer may be NULL when that gradient is not wanted.
+ *   - Results are bitwise identical for any OpenMP thread count: parallel loops only
+ *     split independent outputs, never a reduction.
+ */
+#ifndef HEARTH_KERNELS_H
+#define HEARTH_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- matmul ------------------------------------------------------------------
+ * out[M,N] = inp[M,K] . weight[N,K]^T (+ bias[N] when bias != NULL).
+ * weight is stored [out_features, in_features] as in torch.nn.Linear.
+ * Backward: dinp[M,K] += dout . weight;  dweight[N,K] += dout^T . inp;
+ *           dbias[N] += column sums of dout. */
+void kcpu_matmul_forward(float *out, const float *inp, const float *weight,
+                         const float *bias, int M, int K, int N);
+void kcpu_matmul_backward(float *dinp, float *dweight, float *dbias,
+                          const float *dout, const float *inp, const float *weight,
+                          int M, int K, int N);
+
+/* ---- elementwise ---------------------------------------------------------- */
+void kcpu_add(float *out, const float *a, const float *b, size_t n); /* out = a + b (out may alias) */
+void kcpu_accumulate(float *dst, const float *src, size_t n);        /* dst += src */
+void kcpu_scale(float *x, size_t n, float s);                        /* x *= s */
+
+/* ---- embedding -----------------------------------------------------------
+ * out[N,C] = table[ids[i], :].  Backward: dtable[ids[i], :] += dout[i, :]. */
+void kcpu_embedding_forward(float *out, const int *ids, const float *table, int N, int C);
+void kcpu_embedding_backward(float *dtable, const float *dout, const int *ids, int N, int C);
+
+/* ---- normalisation ---------------------------------------------------------
+ * RMSNorm: out = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) + eps), saved [N].
+ * LayerNorm: out = (inp - mean) * rstd * weight + bias, mean and rstd saved [N]. */
+void kcpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight,
+                          int N, int C, float eps);
+void kcpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                           const float *weight, const float *rstd, int N, int C);
+void kcpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                            const float *weight, const float *bias, int N, int C, float eps);
+void kcpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                             const float *inp, const float *weight, const float *mean,
+                             const float *rstd, int N, int C);
+
+/* ---- rotary position embedding -------------------------------------------
+ * Angles come as cos/sin tables [N, D/2] (one row per token).  Pairing is
+ * "rotate half" as in Llama/Qwen: element i pairs with element i + D/2, both
+ * rotated by angle i.  x is [N, H, D] and is rotated in place.  The backward
+ * rotates the gradient by the opposite angle, in place (it does not accumulate). */
+void kcpu_rope_forward(float *x, const float *cos, const float *sin, int N, int H, int D);
+void kcpu_rope_backward(float *dx, const float *cos, const float *sin, int N, int H, int D);
+
+/* Table builders.  inv_freq[j] = theta^(-2j/D) for j < D/2.
+ * 1-D: angle[n][j] = pos[n] * inv_freq[j].
+ * mRoPE (Qwen2-VL): pos3 is [3, N] (temporal, height, width rows); frequency j takes
+ *   its position from row 0 for j < s0, row 1 for j < s0+s1, else row 2;
+ *   s0 + s1 + s2 must equal D/2.
+ * 2-D (Qwen2-VL/2.5-VL vision): pos_hw is [N, 2]; with q = D/4 and
+ *   f[j] = theta^(-2j/(D/2)) for j < q: angle[n][j] = h[n]*f[j], angle[n][q+j] = w[n]*f[j]. */
+void kcpu_rope_table_1d(float *cos, float *sin, const int *pos, int N, int D, float theta);
+void kcpu_rope_table_mrope(float *cos, float *sin, const int *pos3, const int sections[3],
+                           int N, int D, float theta);
+void kcpu_rope_table_2d(float *cos, float *sin, const int *pos_hw, int N, int D, float theta);
+
+/* ---- attention --------------------------------------------------------------
+ * Variable-length multi-head attention with grouped-query heads.
+ * q [N, Hq, D]; k, v [N, Hkv, D]; Hq % Hkv == 0 (query head h reads kv head h / (Hq/Hkv)).
+ * Tokens [cu_seqlens[s], cu_seqlens[s+1]) form sequence s (nseq sequences, cu_seqlens[0]=0,
+ * cu_seqlens[nseq]=N); attention never crosses sequences.  causal != 0 masks keys after the
+ * query.  scale = 1/sqrt(D).  out [N, Hq, D]; lse [N, Hq] is the log-sum-exp of the scaled
+ * scores, saved for the backward, which recomputes probabilities from it (no N x N matrix
+ * is kept between forward and backward). */
+void kcpu_attention_forward(float *out, float *lse, const float *q, const float *k,
+                            const float *v, const int *cu_seqlens, int nseq, int Hq, int Hkv,
+                            int D, int causal);
+void kcpu_attention_backward(float *dq, float *dk, float *dv, const float *dout,
+                             const float *q, const float *k, const float *v, const float *out,
+                             const float *lse, const int *cu_seqlens, int nseq, int Hq,
+                             int Hkv, int D, int causal);
+
+/* ---- activations -------------------------------------------------------------
+ * SwiGLU: inp [N, 2F] holds gate in columns [0,F) and up in [F,2F); out [N,F] = silu(gate)*up.
+ * GELU: tanh approximation (GPT-2's gelu_new) or exact erf form (torch.nn.GELU()). */
+typedef enum { KGELU_TANH = 0, KGELU_ERF = 1 } kgelu_kind;
+void kcpu_swiglu_forward(float *out, const float *inp, int N, int F);
+void kcpu_swiglu_backward(float *dinp, const float *dout, const float *inp, int N, int F);
+void kcpu_gelu_forward(float *out, const float *inp, size_t n, kgelu_kind kind);
+void kcpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n,
+                        kgelu_kind kind);
+
+/* ---- softmax cross-entropy ----------------------------------------------------
+ * losses[i] = logsumexp(logits[i,:]) - logits[i, targets[i]]; rows whose target equals
+ * ignore_index get loss 0.  Backward: dlogits[i,:] += dlosses[i] * (softmax(logits[i,:]) -
+ * onehot(targets[i])), nothing for ignored rows.  Computed in a numerically stable way
+ * (max subtraction, double accumulation of the row sum). */
+void kcpu_crossentropy_forward(float *losses, const float *logits, const int *targets,
+                               int N, int V, int ignore_index);
+void kcpu_crossentropy_backward(float *dlogits, const float *logits, const int *targets,
+                                const float *dlosses, int N, int V, int ignore_index);
+
+/* ---- optimizer ------------------------------------------------------------------
+ * AdamW with decoupled weight decay (Loshchilov & Hutter), bias-corrected; step counts
+ * from 1.  param -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * param). */
+void kcpu_adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
+                       float lr, float beta1, float beta2, float eps, float weight_decay,
+                       int step);
+/* Sum of squares accumulated in double, in a fixed order (blocked partial sums). */
+double kcpu_sumsq(const float *x, size_t n);
+/* Global-norm clipping: given the global norm, the factor to multiply gradients by
+ * (1 when norm <= max_norm or max_norm <= 0). */
+float kcpu_clip_factor(double global_norm, float max_norm);
+
+/* ---- mixture of experts ----------------------------------------------------------
+ * Router: probs[N,E] = softmax(logits[N,E]); per token the K largest probabilities (ties:
+ * lower expert index first) give topk_idx[N,K] in descending order and
+ * topk_w[N,K] = p / sum of the K chosen p (renormalised).
+ * aux = E * sum_e f_e * P_e with f_e = (number of (token, slot) pairs routed to e) / N and
+ * P_e = mean over tokens of probs[:, e] (Switch/Qwen load balancing; f is constant).
+ * Backward: dlogits[N,E] += gradient of (sum topk_w * dtopk_w + daux * aux). */
+void kcpu_moe_router_forward(int *topk_idx, float *topk_w, float *probs, float *aux,
+                             const float *logits, int N, int E, int K);
+void kcpu_moe_router_backward(float *dlogits, const float *dtopk_w, float daux,
+                              const float *probs, const int *topk_idx, const float *topk_w,
+                              int N, int E, int K);
+
+/* Permutation plan: the N*K (token, slot) pairs grouped by expert, stable in token order.
+ * offsets[E+1]: rows of expert e are [offsets[e], offsets[e+1]);
+ * row_src[r] = t*K + j for the pair placed at row r; slot_row[t*K + j] = r (inverse). */
+void kcpu_moe_plan(int *offsets, int *row_src, int *slot_row, const int *topk_idx,
+                   int N, int E, int K);
+/* permute: out[r, :] = inp[row_src[r] / K, :], out [N*K, C]. Backward: dinp += gather-sum. */
+void kcpu_moe_permute_forward(float *out, const float *inp, const int *row_src, int N, int K,
+                              int C);
+void kcpu_moe_permute_backward(float *dinp, const float *dout, const int *row_src, int N,
+                               int K, int C);
+/* unpermute: out[t, :] = sum_j topk_w[t,j] * expert_out[slot_row[t*K+j], :], out [N, C].
+ * Backward: dexpert_out[slot_row[t*K+j]] += topk_w[t,j] * dout[t];
+ *           dtopk_w[t,j] += dot(dout[t], expert_out[slot_row[t*K+j]]). */
+void kcpu_moe_unpermute_forward(float *out, const float *expert_out, const float *topk_w,
+                                const int *slot_row, int N, int K, int C);
+void kcpu_moe_unpermute_backward(float *dexpert_out, float *dtopk_w, const float *dout,
+                                 const float *expert_out, const float *topk_w,
+                                 const int *slot_row, int N, int K, int C);
+
+#endif

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Runs test executables that speak TAP (cmocka binaries with CMOCKA_MESSAGE_OUTPUT=TAP,
+# shell scripts using tests/cli/lib.sh) and prints one summary line:
+#   N passed, N failed, N skipped
+# A program that crashes or reports fewer results than it planned counts the
+# missing ones as failed, so a dying test can never look green.
+set -u
+export CMOCKA_MESSAGE_OUTPUT=TAP
+export BUILD=${BUILD:-build}
+pass=0 fail=0 skip=0
+failed_names=()
+logdir=$(mktemp -d "${TMPDIR:-/tmp}/hearth-tests.XXXXXX")
+for t in "$@"; do
+    [ -e "$t" ] || continue
+    name=$(basename "$t")
+    log="$logdir/$name.log"
+    start=$(date +%s)
+    "$t" >"$log" 2>&1
+    rc=$?
+    secs=$(( $(date +%s) - start ))
+    planned=$(grep -m1 -E '^1\.\.[0-9]+' "$log" | sed 's/^1\.\.//')
+    p=$(grep -cE '^ok ' "$log")
+    s=$(grep -cE '^not ok .*# SKIP' "$log")
+    f=$(grep -E '^not ok ' "$log" | grep -cv '# SKIP')
+    seen=$((p + s + f))
+    if [ -n "$planned" ] && [ "$seen" -lt "$planned" ]; then
+        f=$((f + planned - seen))
+    fi
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+        f=1   # crashed or failed outside any test case
+    fi
+    pass=$((pass + p)); skip=$((skip + s)); fail=$((fail + f))
+    status=ok
+    if [ "$f" -gt 0 ]; then
+        status=FAIL
+        failed_names+=("$name")
+        echo "---- $name (exit $rc) ----"
+        grep -vE '^ok ' "$log" | tail -n 60
+    fi
+    printf '%-40s %4d passed %3d failed %3d skipped %5ss  %s\n' "$name" "$p" "$f" "$s" "$secs" "$status"
+done
+if [ "${#failed_names[@]}" -gt 0 ]; then
+    echo "failed: ${failed_names[*]} (logs in $logdir)"
+else
+    rm -rf "$logdir"
+fi
+echo "$pass passed, $fail failed, $skip skipped"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,90 @@
+/* model.h - the vision-language model on the fp32 CPU reference path.
+ *
+ * encoder (ViT: patch embedding, blocks with 2-D RoPE and windowed/full attention) ->
+ * projector (patch merger: norm, spatial_merge^2 concat, MLP) -> decoder (token
+ * embedding with image positions filled by projector outputs, blocks with GQA attention
+ * and the preset's positions, dense or MoE MLP, final norm, LM head, cross-entropy over
+ * text targets).  Forward and backward are written out by hand on kernels/kernels.h.
+ *
+ * Ownership: model_create allocates everything the model needs (parameters, gradients,
+ * activation buffers grown on demand); model_free releases it.  Batches are borrowed. */
+#ifndef HEARTH_MODEL_H
+#define HEARTH_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shape/err.h"
+#include "shape/model_shape.h"
+
+/* One named parameter tensor, a view into the flat parameter/gradient arrays. */
+typedef struct {
+    char name[96];      /* e.g. "decoder.layers.3.attn.qkv.weight" */
+    size_t offset;      /* in floats, into model_params()/model_grads() */
+    size_t numel;
+    int ndim;
+    int64_t dims[4];
+    int decay;          /* AdamW weight decay applies (matrices and embeddings) */
+    int frozen;         /* belongs to a frozen component: never updated */
+} model_tensor;
+
+/* One micro batch.  Text: n_seq sequences of seq_len tokens, packed row-major.
+ * Every image contributes grid_t*grid_h*grid_w/spatial_merge^2 consecutive tokens equal to
+ * image_token_id in the text, in image order; the images' pixels are packed in the same
+ * order as Qwen2-VL's processor flattens them: per image, patches in (t, h/merge, w/merge,
+ * merge_h, merge_w) order, each patch [in_channels, temporal_patch, patch, patch]. */
+typedef struct {
+    int n_seq, seq_len;
+    const int *tokens;      /* [n_seq * seq_len] */
+    const int *targets;     /* [n_seq * seq_len]; -1 = no loss at this position */
+    int n_images;
+    const int *grid_thw;    /* [n_images * 3]: temporal, height, width in patches */
+    const float *pixels;    /* [total patches, in_channels*temporal_patch*patch*patch] */
+} vlm_batch;
+
+typedef struct {
+    double loss_sum;        /* sum of cross-entropy over target tokens */
+    int n_targets;          /* number of target tokens (targets != -1) */
+    double aux_loss;        /* sum over MoE layers of the load-balancing loss (unscaled) */
+    double encoder_ms;      /* wall time spent in encoder + projector, forward and backward */
+    double decoder_ms;      /* wall time spent in the decoder, forward and backward */
+} model_stats;
+
+typedef struct model model;
+
+/* Creates the model with parameters initialised from `seed` (normal(0, 0.02) for
+ * matrices and embeddings, output projections scaled by 1/sqrt(2*layers), ones for norm
+ * weights, zeros for biases); identical seeds give bitwise-identical parameters. */
+int model_create(model **out, const model_shape *shape, uint64_t seed, hearth_err *err);
+void model_free(model *m);
+
+const model_shape *model_get_shape(const model *m);
+size_t model_param_count(const model *m);
+float *model_params(model *m);
+float *model_grads(model *m);
+int model_tensor_count(const model *m);
+const model_tensor *model_tensor_at(const model *m, int i);
+const model_tensor *model_tensor_find(const model *m, const char *name);
+
+void model_zero_grad(model *m);
+
+/* Forward and backward of one micro batch.  Gradients ACCUMULATE:
+ *   grads += d/dparams ( loss_scale * sum of token losses + aux_scale * aux_loss ).
+ * The trainer passes loss_scale = 1 / (target tokens in the whole step) and
+ * aux_scale = moe_aux_coef / (micro batches in the step). */
+int model_forward_backward(model *m, const vlm_batch *b, float loss_scale, float aux_scale,
+                           model_stats *stats, hearth_err *err);
+
+/* Forward only (no gradients touched). */
+int model_forward(model *m, const vlm_batch *b, model_stats *stats, hearth_err *err);
+
+/* Multimodal RoPE positions (Qwen2-VL get_rope_index) for one sequence:
+ * pos3 [3, seq_len].  Text tokens advance all three rows together; an image's tokens
+ * take (t, h, w) of their merged grid offset by the running position; the text after an
+ * image continues from max(position)+1.  `img_cursor` is the index of the first image
+ * whose tokens may appear in this sequence and is advanced past the images consumed. */
+int model_mrope_positions(int *pos3, const int *tokens, int seq_len, int image_token_id,
+                          const int *grid_thw, int n_images, int spatial_merge,
+                          int *img_cursor, hearth_err *err);
+
+#endif

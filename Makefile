@@ -8,6 +8,7 @@
 #   trainer/shape/*.c     -> libhearth_shape.a        (pure model-shape/layout rules)
 #   trainer/model/*.c     -> libhearth_model.a        (model forward/backward)
 #   trainer/*.c           -> libhearth_train.a, except trainer/main.c
+#   orchestrator/*.c      -> libhearth_orch.a, except orchestrator/main.c (build/bin/hearth)
 #   tests/unit/test_*.c   -> build/tests/test_*       (cmocka; helpers in tests/unit/support/)
 
 CC      ?= gcc
@@ -18,10 +19,12 @@ BUILD   := $(if $(filter 1,$(SAN)),build-san,build)
 CSTD     = -std=c11 -D_GNU_SOURCE
 WARN     = -Wall -Wextra -Werror
 OPT      = -O2 -g
-SANFLAGS = $(if $(filter 1,$(SAN)),-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined,)
-CFLAGS  += $(CSTD) $(WARN) $(OPT) -fopenmp $(SANFLAGS) -MMD -MP -I. -Ikernels -Itrainer
+comma    := ,
+SANFLAGS = $(if $(filter 1,$(SAN)),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined,)
+CFLAGS  += $(CSTD) $(WARN) $(OPT) -fopenmp $(SANFLAGS) -MMD -MP -I. -Ikernels -Itrainer -Iorchestrator
 LDFLAGS += -fopenmp $(SANFLAGS)
-LDLIBS  += -lyaml -ljansson -lcrypto -lm -lpthread
+TRAIN_LDLIBS = -lyaml -ljansson -lcrypto -lm -lpthread
+ORCH_LDLIBS  = -lsqlite3 -lcurl $(TRAIN_LDLIBS)
 
 NVCCFLAGS = -O2 -std=c++17 -I. -Ikernels \
             -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=sm_90 \
@@ -32,6 +35,7 @@ CUDA_SRC   := $(wildcard kernels/cuda/*.cu)
 SHAPE_SRC  := $(wildcard trainer/shape/*.c)
 MODEL_SRC  := $(wildcard trainer/model/*.c)
 TRAIN_SRC  := $(filter-out trainer/main.c,$(wildcard trainer/*.c))
+ORCH_SRC   := $(filter-out orchestrator/main.c,$(wildcard orchestrator/*.c))
 TEST_SUPPORT_SRC := $(wildcard tests/unit/support/*.c)
 TEST_SRC   := $(wildcard tests/unit/test_*.c)
 BENCH_SRC  := $(wildcard contrib/bench/*.c)
@@ -42,15 +46,18 @@ LIB_KERNELS := $(BUILD)/lib/libhearth_kernels.a
 LIB_SHAPE   := $(BUILD)/lib/libhearth_shape.a
 LIB_MODEL   := $(BUILD)/lib/libhearth_model.a
 LIB_TRAIN   := $(BUILD)/lib/libhearth_train.a
+LIB_ORCH    := $(BUILD)/lib/libhearth_orch.a
 LIB_CUDA    := $(BUILD)/lib/libhearth_kernels_cuda.a
 # Link order: dependents first.
-LIBS := $(LIB_TRAIN) $(LIB_MODEL) $(LIB_SHAPE) $(LIB_KERNELS)
+TRAIN_LIBS := $(LIB_TRAIN) $(LIB_MODEL) $(LIB_SHAPE) $(LIB_KERNELS)
+TEST_LIBS  := $(LIB_ORCH) $(TRAIN_LIBS)
 
 TRAIN_BIN  := $(BUILD)/bin/hearth-train
+ORCH_BIN   := $(BUILD)/bin/hearth
 TEST_BINS  := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 BENCH_BINS := $(patsubst contrib/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-ALL := $(TRAIN_BIN)
+ALL := $(TRAIN_BIN) $(if $(wildcard orchestrator/main.c),$(ORCH_BIN))
 ifneq ($(NVCC),)
 ifneq ($(CUDA_SRC),)
 ALL += $(LIB_CUDA)
@@ -78,19 +85,25 @@ $(LIB_KERNELS): $(call obj,$(KERNEL_SRC)) ; $(archive)
 $(LIB_SHAPE):   $(call obj,$(SHAPE_SRC))  ; $(archive)
 $(LIB_MODEL):   $(call obj,$(MODEL_SRC))  ; $(archive)
 $(LIB_TRAIN):   $(call obj,$(TRAIN_SRC))  ; $(archive)
+$(LIB_ORCH):    $(call obj,$(ORCH_SRC))   ; $(archive)
 $(LIB_CUDA):    $(patsubst %.cu,$(BUILD)/obj/%.o,$(CUDA_SRC)) ; $(archive)
 
-$(TRAIN_BIN): $(call obj,trainer/main.c) $(LIBS)
+$(TRAIN_BIN): $(call obj,trainer/main.c) $(TRAIN_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+	$(CC) $(LDFLAGS) $^ -o $@ $(TRAIN_LDLIBS)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(call obj,$(TEST_SUPPORT_SRC)) $(LIBS)
+# The orchestrator links only the pure shape/rules module of the trainer (DESIGN.md).
+$(ORCH_BIN): $(call obj,orchestrator/main.c) $(LIB_ORCH) $(LIB_SHAPE)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) -lcmocka
+	$(CC) $(LDFLAGS) $^ -o $@ $(ORCH_LDLIBS)
 
-$(BUILD)/bench/%: $(BUILD)/obj/contrib/bench/%.o $(call obj,$(TEST_SUPPORT_SRC)) $(LIBS)
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(call obj,$(TEST_SUPPORT_SRC)) $(TEST_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+	$(CC) $(LDFLAGS) $^ -o $@ $(ORCH_LDLIBS) -lcmocka
+
+$(BUILD)/bench/%: $(BUILD)/obj/contrib/bench/%.o $(call obj,$(TEST_SUPPORT_SRC)) $(TEST_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(ORCH_LDLIBS)
 
 cuda: $(if $(CUDA_SRC),$(LIB_CUDA))
 
@@ -110,6 +123,22 @@ bench: all $(BENCH_BINS)
 
 deps:
 	contrib/install-deps.sh
+
+# The README's first command: installs the Debian packages that are missing, builds, sweeps
+# contrib/examples/demo.yaml through the local backend (2 jobs at once) into a database of
+# its own, and prints the best runs.  Running it again reruns nothing (completed points
+# are skipped) and prints the table again.
+DEMO_DIR ?= $(BUILD)/demo
+.PHONY: demo
+demo:
+	contrib/install-deps.sh
+	$(MAKE) all
+	@mkdir -p $(DEMO_DIR)
+	@status=0; \
+	$(ORCH_BIN) submit contrib/examples/demo.yaml --backend local --jobs 2 \
+	    --db $(DEMO_DIR)/hearth.db --runs-dir $(DEMO_DIR)/runs || status=$$?; \
+	$(ORCH_BIN) top demo --db $(DEMO_DIR)/hearth.db || status=$$?; \
+	exit $$status
 
 clean:
 	rm -rf build build-san

@@ -11,6 +11,10 @@
  *     A gradient pointer may be NULL when that gradient is not wanted.
  *   - Results are bitwise identical for any OpenMP thread count: parallel loops only
  *     split independent outputs, never a reduction.
+ *   - No heap allocation: tiles live on the stack (up to about 200 KiB per calling
+ *     thread, in the matmul/attention tiles), so callers' threads need ordinary stacks.
+ *   - Index arguments (ids, targets, topk_idx, cu_seqlens) are trusted: the model
+ *     validates them once on input.
  */
 #ifndef HEARTH_KERNELS_H
 #define HEARTH_KERNELS_H
@@ -41,7 +45,8 @@ void kcpu_embedding_backward(float *dtable, const float *dout, const int *ids, i
 
 /* ---- normalisation ---------------------------------------------------------
  * RMSNorm: out = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) + eps), saved [N].
- * LayerNorm: out = (inp - mean) * rstd * weight + bias, mean and rstd saved [N]. */
+ * LayerNorm: out = (inp - mean) * rstd * weight + bias, mean and rstd saved [N].
+ * (LayerNorm's bias may be NULL: no bias.  Row statistics are accumulated in double.) */
 void kcpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight,
                           int N, int C, float eps);
 void kcpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
@@ -66,7 +71,9 @@ void kcpu_rope_backward(float *dx, const float *cos, const float *sin, int N, in
  *   its position from row 0 for j < s0, row 1 for j < s0+s1, else row 2;
  *   s0 + s1 + s2 must equal D/2.
  * 2-D (Qwen2-VL/2.5-VL vision): pos_hw is [N, 2]; with q = D/4 and
- *   f[j] = theta^(-2j/(D/2)) for j < q: angle[n][j] = h[n]*f[j], angle[n][q+j] = w[n]*f[j]. */
+ *   f[j] = theta^(-2j/(D/2)) for j < q: angle[n][j] = h[n]*f[j], angle[n][q+j] = w[n]*f[j].
+ *   (D % 4 == 0 there; otherwise the last pair gets angle 0.)
+ * Angles and cos/sin are computed in double and rounded once. */
 void kcpu_rope_table_1d(float *cos, float *sin, const int *pos, int N, int D, float theta);
 void kcpu_rope_table_mrope(float *cos, float *sin, const int *pos3, const int sections[3],
                            int N, int D, float theta);
@@ -102,7 +109,8 @@ void kcpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t
  * losses[i] = logsumexp(logits[i,:]) - logits[i, targets[i]]; rows whose target equals
  * ignore_index get loss 0.  Backward: dlogits[i,:] += dlosses[i] * (softmax(logits[i,:]) -
  * onehot(targets[i])), nothing for ignored rows.  Computed in a numerically stable way
- * (max subtraction, double accumulation of the row sum). */
+ * (max subtraction, double accumulation of the row sum).  A target outside [0, V) that is
+ * not ignore_index gives loss NaN (so the step reads as diverged) and no gradient. */
 void kcpu_crossentropy_forward(float *losses, const float *logits, const int *targets,
                                int N, int V, int ignore_index);
 void kcpu_crossentropy_backward(float *dlogits, const float *logits, const int *targets,
@@ -117,7 +125,8 @@ void kcpu_adamw_update(float *param, const float *grad, float *m, float *v, size
 /* Sum of squares accumulated in double, in a fixed order (blocked partial sums). */
 double kcpu_sumsq(const float *x, size_t n);
 /* Global-norm clipping: given the global norm, the factor to multiply gradients by
- * (1 when norm <= max_norm or max_norm <= 0). */
+ * (1 when norm <= max_norm or max_norm <= 0, else max_norm / (norm + 1e-6) as in
+ * torch.nn.utils.clip_grad_norm_; NaN for a NaN norm). */
 float kcpu_clip_factor(double global_norm, float max_norm);
 
 /* ---- mixture of experts ----------------------------------------------------------
@@ -126,7 +135,8 @@ float kcpu_clip_factor(double global_norm, float max_norm);
  * topk_w[N,K] = p / sum of the K chosen p (renormalised).
  * aux = E * sum_e f_e * P_e with f_e = (number of (token, slot) pairs routed to e) / N and
  * P_e = mean over tokens of probs[:, e] (Switch/Qwen load balancing; f is constant).
- * Backward: dlogits[N,E] += gradient of (sum topk_w * dtopk_w + daux * aux). */
+ * Backward: dlogits[N,E] += gradient of (sum topk_w * dtopk_w + daux * aux).
+ * aux may be NULL (not wanted); dtopk_w may be NULL (aux term only).  Needs K <= E. */
 void kcpu_moe_router_forward(int *topk_idx, float *topk_w, float *probs, float *aux,
                              const float *logits, int N, int E, int K);
 void kcpu_moe_router_backward(float *dlogits, const float *dtopk_w, float daux,

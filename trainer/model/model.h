@@ -17,6 +17,27 @@
 #include "shape/err.h"
 #include "shape/model_shape.h"
 
+/* Tensor names (table order: encoder, projector, decoder; layers in order):
+ *   encoder.patch_embed.weight                 [enc_hidden, C*temporal_patch*patch*patch]
+ *   {encoder,decoder}.layers.L.attn_norm.{weight,bias}       bias only for layernorm
+ *   {...}.layers.L.attn.qkv.{weight,bias}       [(Hq+2Hkv)*D, hidden]: q rows, k rows, v rows
+ *   {...}.layers.L.attn.q_norm.weight, .attn.k_norm.weight   [D] (qk_norm)
+ *   {...}.layers.L.attn.proj.{weight,bias}      [hidden, Hq*D]
+ *   {...}.layers.L.mlp_norm.{weight,bias}
+ *   {...}.layers.L.mlp.gate_up.{weight,bias}    swiglu [2F, hidden]: gate rows, then up rows
+ *   {...}.layers.L.mlp.down.{weight,bias}       swiglu [hidden, F]
+ *   {...}.layers.L.mlp.fc1.{weight,bias}, .mlp.fc2.{weight,bias}   gelu MLP
+ *   decoder.layers.L.mlp.router.weight          MoE [E, hidden]
+ *   decoder.layers.L.mlp.experts.gate_up.weight [E, 2*moe_ffn, hidden]
+ *   decoder.layers.L.mlp.experts.down.weight    [E, hidden, moe_ffn]
+ *   decoder.layers.L.mlp.shared.gate_up.weight, .mlp.shared.down.weight   (shared_ffn > 0)
+ *   projector.norm.{weight,bias}, projector.fc1.{weight,bias}, projector.fc2.{weight,bias}
+ *   decoder.embed.weight [vocab, hidden], decoder.pos_embed.weight [max_positions, hidden]
+ *   (learned positions), decoder.final_norm.{weight,bias}, decoder.lm_head.weight
+ *   (untied only; tied heads use decoder.embed.weight).
+ * MoE layers have no MLP biases and an ungated shared expert.  Everything is kept for the
+ * backward (stack_shape.recompute is ignored on this reference path). */
+
 /* One named parameter tensor, a view into the flat parameter/gradient arrays. */
 typedef struct {
     char name[96];      /* e.g. "decoder.layers.3.attn.qkv.weight" */
@@ -75,8 +96,21 @@ void model_zero_grad(model *m);
 int model_forward_backward(model *m, const vlm_batch *b, float loss_scale, float aux_scale,
                            model_stats *stats, hearth_err *err);
 
-/* Forward only (no gradients touched). */
+/* Forward only (no gradients touched).
+ * Both functions OVERWRITE *stats (which may be NULL) with this micro batch's numbers. */
 int model_forward(model *m, const vlm_batch *b, model_stats *stats, hearth_err *err);
+
+/* The MoE routing of the last forward: the top-k expert indices of every MoE layer
+ * ([tokens, top_k] per layer, layers in order), up to cap of them copied into out (out
+ * may be NULL).  Returns the total count (0 for a dense model).  For tests: finite
+ * differences must skip perturbations that change the routing. */
+size_t model_last_routing(const model *m, int *out, size_t cap);
+
+/* For gradient checks: makes later forwards use these top-k experts (the layout of
+ * model_last_routing, for a batch of the same size) instead of choosing them, so that the
+ * loss is a smooth function of the parameters around the pinned point.  idx == NULL
+ * unpins.  The copy is owned by the model.  A forward on a batch of another size fails. */
+int model_pin_routing(model *m, const int *idx, size_t n, hearth_err *err);
 
 /* Multimodal RoPE positions (Qwen2-VL get_rope_index) for one sequence:
  * pos3 [3, seq_len].  Text tokens advance all three rows together; an image's tokens

@@ -19,12 +19,23 @@ int herr_prefix(hearth_err *err, int code, const char *fmt, ...)
 {
     if (!err)
         return code;
-    char prefix[512], old[sizeof err->msg];
+    char old[sizeof err->msg];
+    memcpy(old, err->msg, sizeof old);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    int n = vsnprintf(err->msg, sizeof err->msg, fmt, ap);
     va_end(ap);
-    memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+    /* Append ": old" after the prefix, truncating the whole message to the buffer. */
+    size_t used = n < 0 ? 0 : (size_t)n;
+    if (used < sizeof err->msg - 1) {
+        size_t room = sizeof err->msg - used;
+        size_t k = 0;
+        const char *sep = ": ";
+        for (; *sep && k + 1 < room; sep++)
+            err->msg[used + k++] = *sep;
+        for (size_t i = 0; old[i] && k + 1 < room; i++)
+            err->msg[used + k++] = old[i];
+        err->msg[used + k] = '\0';
+    }
     return code;
 }

@@ -80,7 +80,8 @@ typedef struct {
     int moe_experts;
     int moe_top_k;
     int moe_ffn;           /* per-expert intermediate width */
-    int moe_shared_ffn;    /* shared-expert intermediate width, 0 = none */
+    int moe_shared_ffn;    /* shared-expert width, 0 = none; its output is added to the
+                              routed experts' (no gate), MoE layers only */
     int moe_every;         /* MoE in layers where (layer % moe_every) == moe_every - 1; 1 = all */
     float moe_aux_coef;    /* load-balancing loss coefficient */
 } decoder_shape;
@@ -93,9 +94,11 @@ typedef struct {
 } model_shape;
 
 /* Finds a preset by name (looked up as DIR/NAME.yaml in the preset search path:
- * $HEARTH_MODELS, then the directory of the running binary's ../../contrib/models and
- * ../share/hearth/models, then ./contrib/models) or as a path when `name_or_path`
- * contains '/' or ends in .yaml, and parses it.  Errors name FILE:LINE:COL. */
+ * $HEARTH_MODELS (':'-separated directories), then the directory of the running binary's
+ * ../../contrib/models and ../share/hearth/models, then ./contrib/models) or as a path
+ * when `name_or_path` contains '/' or ends in .yaml, and parses it: defaults for omitted
+ * keys (docs/config.md), `auto` values derived, shape_validate applied.  Errors name
+ * FILE:LINE:COL; a missing name reads 'preset "NAME" not found (searched: DIRS)'. */
 int preset_load(model_shape *out, const char *name_or_path, hearth_err *err);
 
 /* Checks the internal consistency of a shape (head_dim * heads, kv_heads | heads,
@@ -103,22 +106,45 @@ int preset_load(model_shape *out, const char *name_or_path, hearth_err *err);
  * offending dotted key ("decoder.kv_heads: ..."). */
 int shape_validate(const model_shape *m, hearth_err *err);
 
-/* Parameter counts (every tensor, embeddings included; tied embeddings counted once). */
+/* Parameter counts (every tensor, embeddings included; tied embeddings counted once).
+ * What exists (docs/config.md "Parameter and FLOP counts" has the formulas):
+ *   encoder: patch embedding [hidden, in_channels*temporal_patch*patch^2] without bias;
+ *     per block 2 norms, q/k/v/o (+ biases), qk_norm weights, MLP (+ biases); no final
+ *     norm (the projector's norm follows).
+ *   projector: norm over encoder.hidden, [merge^2*enc.hidden -> hidden -> dec.hidden]
+ *     (+ biases).
+ *   decoder: token embedding, learned position table (pos == learned), per block 2
+ *     norms, attention as above, dense MLP or MoE (router [hidden, experts] without
+ *     bias, experts, and a shared expert of width moe_shared_ffn that is simply added to
+ *     the routed output: no gate), final norm, LM head (none when tied, no bias).
+ *   A norm is hidden weights (rmsnorm) or weights + biases (layernorm); qk_norm is an
+ *   RMSNorm of head_dim weights each for q and k. */
 typedef struct {
     int64_t encoder;
     int64_t projector;
     int64_t decoder;       /* embeddings, blocks, final norm, LM head */
     int64_t total;
     int64_t active;        /* per token: only top_k of the routed experts */
+    int64_t decoder_active;/* the decoder's share of active (the "A3B" of a MoE name) */
 } shape_params;
 void shape_count_params(const model_shape *m, shape_params *out);
 
 /* Analytic training FLOPs (forward + backward = 3x forward, matmuls and attention
- * scores only) per decoder token at sequence length seq_len; the encoder is charged
- * per image patch. */
+ * scores only), Megatron/PaLM convention: 6 x (matmul weights a token passes through:
+ * attention and MLP linears, top_k experts and the router, the LM head; not the
+ * embedding lookup, norms or biases) + 12 x layers x heads x head_dim x (tokens
+ * attended), without halving for the causal mask.
+ *   decoder_per_token: per decoder token at sequence length seq_len.
+ *   encoder: an image of N patches costs N * encoder_per_patch + N^2 * encoder_per_patch_sq:
+ *     encoder_per_patch has the linears (patch embedding included) and windowed layers'
+ *     attention with (window_px/patch)^2 patches per window (an upper bound for images
+ *     smaller than a window); encoder_per_patch_sq has the full-attention layers
+ *     (every layer when window_px == 0).
+ *   projector_per_patch: the projector's linears per encoder patch. */
 typedef struct {
     double decoder_per_token;
     double encoder_per_patch;
+    double encoder_per_patch_sq;
     double projector_per_patch;
 } shape_flops;
 void shape_count_flops(const model_shape *m, int seq_len, shape_flops *out);

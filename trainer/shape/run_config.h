@@ -70,7 +70,10 @@ typedef struct {
 } run_config;
 
 /* An override from the command line (--set KEY=VALUE) or an experiment-matrix point.
- * The value is YAML scalar text (or a YAML flow sequence "[16,24,24]"). */
+ * The value is YAML text: a scalar, or a flow sequence "[16,24,24]" (a flow mapping
+ * works for a section key: model.decoder="{layers: 2}").  value == NULL means `key` is
+ * the raw "KEY=VALUE" argument, split at the first '=' by the loader (so hearth-train
+ * can pass argv as is; a missing '=' is reported as "--set ARG: expected KEY=VALUE"). */
 typedef struct {
     const char *key;
     const char *value;
@@ -91,8 +94,10 @@ int run_config_parse(run_config *out, const char *name, const char *yaml_text,
                      const config_override *ovr, int n_ovr, int single_rank_only,
                      hearth_err *err);
 
-/* The layout validity rules (DESIGN.md and the orchestrator's `plan`), each with a name.
- * Returns 0 when the config is valid, else HERR_CONFIG with "rule NAME: message". */
+/* The layout validity rules (DESIGN.md and the orchestrator's `plan`), each with a name
+ * (listed in docs/config.md).  Returns 0 when the config is valid, else HERR_CONFIG with
+ * "rule NAME: message".  run_config_load/parse check them too and then prefix the place
+ * that set the most relevant key: "run.yaml:3:7: parallel.tp: rule NAME: message". */
 int run_config_check_rules(const run_config *c, hearth_err *err);
 
 /* The resolved config as canonical JSON: every key present, defaults applied, `auto`

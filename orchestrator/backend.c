@@ -1,0 +1,22 @@
+/* backend.c - choosing a backend by name.  See backend.h. */
+#include <string.h>
+
+#include "backend.h"
+
+int backend_open(const char *name, backend **out, hearth_err *err)
+{
+    *out = NULL;
+    if (!name || strcmp(name, "local") == 0)
+        return backend_local_create(out, 0, err);
+    if (strcmp(name, "slurm") == 0 || strcmp(name, "slurmrest") == 0)
+        return herr_set(err, HERR_CONFIG, "--backend %s: not available in this build yet "
+                        "(use --backend local)", name);
+    return herr_set(err, HERR_CONFIG, "--backend %s: unknown backend (expected local, slurm "
+                    "or slurmrest)", name);
+}
+
+void backend_free(backend *b)
+{
+    if (b)
+        b->ops->free(b);
+}

@@ -1,0 +1,89 @@
+/* backend.h - where job scripts run: submit one, learn when jobs end, cancel one.
+ *
+ * The sweep (sweep.h) drives every backend through this interface; `local` runs jobs as
+ * processes of this machine (backend_local.c); `slurm` (sbatch/squeue/sacct/scancel) and
+ * `slurmrest` (libcurl) plug in later with the same calls.
+ *
+ * A job is a rendered job script in its run directory (rundir.h).  The job id is the
+ * backend's own (local: the pid of the job script, which leads its own process group;
+ * Slurm: the job id).  A job must outlive the hearth process that submitted it: a later
+ * hearth finds it again from the run directory and its job id (backend_track) and waits
+ * for it, which is what makes `hearth submit` safe to kill and run again.
+ *
+ * The exit status of a job comes from RUN_DIR/exit_code, written by the job script, so it
+ * is known whichever process watches the job. */
+#ifndef HEARTH_BACKEND_H
+#define HEARTH_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shape/err.h"
+
+#define BACKEND_JOB_ID_MAX 64
+
+/* What a backend needs to run or find one job. */
+typedef struct {
+    const char *run_id;
+    const char *run_dir;      /* absolute */
+    const char *script;       /* RUN_DIR/job.sh */
+    int cpus_per_task;
+    int64_t time_limit_s;     /* wall-time limit; 0: none */
+} backend_job;
+
+typedef enum {
+    BACKEND_EXITED = 0,       /* the job script ended on its own (exit code below) */
+    BACKEND_TIMEOUT,          /* ended by its wall-time limit */
+    BACKEND_CANCELLED,        /* ended by backend_cancel */
+    BACKEND_VANISHED,         /* gone without leaving an exit code (killed, node lost) */
+} backend_end;
+
+/* One job that ended, as backend_poll reports it. */
+typedef struct {
+    void *tag;                /* the caller's tag from backend_submit / backend_track */
+    char job_id[BACKEND_JOB_ID_MAX];
+    backend_end how;
+    int has_exit_code;        /* RUN_DIR/exit_code (or, failing that, the wait status) */
+    int exit_code;
+} backend_event;
+
+typedef struct backend backend;
+
+typedef struct {
+    const char *name;
+    /* Starts a job; fills job_id.  The job is then tracked until poll reports its end. */
+    int (*submit)(backend *b, const backend_job *job, void *tag,
+                  char job_id[BACKEND_JOB_ID_MAX], hearth_err *err);
+    /* Finds a job started by an earlier process.  job_id may be "" or NULL when the earlier
+     * process died before recording it.  Returns 1 when the job is still alive (it is now
+     * tracked, and job_id is filled when it was empty), 0 when it is gone (not tracked). */
+    int (*track)(backend *b, const backend_job *job, const char *job_id, void *tag,
+                 char job_id_out[BACKEND_JOB_ID_MAX], hearth_err *err);
+    /* Waits up to timeout_ms for tracked jobs to end (enforcing wall-time limits) and
+     * reports up to `cap` of those that did in ev[0..*n).  Returns 0 or a herr_code. */
+    int (*poll)(backend *b, int timeout_ms, backend_event *ev, size_t cap, size_t *n,
+                hearth_err *err);
+    /* Ends a job, tracked or not: asks it to stop, and kills it after a grace period.
+     * A tracked job is reported by poll as BACKEND_CANCELLED; an untracked one is waited
+     * for here (up to the grace period).  Returns 1 when the job was alive, 0 when not. */
+    int (*cancel)(backend *b, const backend_job *job, const char *job_id, hearth_err *err);
+    /* Whether the job is alive (tracked or not): 1, 0, or a negative herr_code. */
+    int (*alive)(backend *b, const backend_job *job, const char *job_id, hearth_err *err);
+    /* Number of tracked jobs. */
+    size_t (*tracked)(const backend *b);
+    void (*free)(backend *b);
+} backend_ops;
+
+struct backend {
+    const backend_ops *ops;
+};
+
+/* Opens backend `name` ("local"); HERR_CONFIG for an unknown or not yet available one. */
+int backend_open(const char *name, backend **out, hearth_err *err);
+void backend_free(backend *b);
+
+/* The local backend.  grace_ms: between SIGTERM and SIGKILL (<= 0: 10 s, or
+ * $HEARTH_KILL_GRACE_MS when set). */
+int backend_local_create(backend **out, int grace_ms, hearth_err *err);
+
+#endif

@@ -1,0 +1,433 @@
+/* cli.c - the command table of `hearth` and the parser it drives.  See cli.h. */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "cmd.h"
+
+#define FORMAT_HELP "output format: table, csv or json (default table)"
+
+const hcli_opt hcli_global_opts[] = {
+    { "db", 0, "FILE", NULL, "results database (default $HEARTH_DB, else ./hearth.db)" },
+    { "runs-dir", 0, "DIR", NULL, "run directories (default runs/ beside the database)" },
+    { "help", 'h', NULL, NULL, "show this help and exit" },
+    { NULL, 0, NULL, NULL, NULL },
+};
+
+static const hcli_opt plan_opts[] = {
+    { "format", 0, "FMT", "table|json", "output format: table or json (default table)" },
+    { "force", 0, NULL, NULL, "plan points again even when their runs already completed" },
+    { NULL, 0, NULL, NULL, NULL },
+};
+
+static const hcli_opt submit_opts[] = {
+    { "backend", 0, "NAME", "local|slurm|slurmrest", "where jobs run (default local)" },
+    { "jobs", 'j', "N", NULL, "run at most N jobs at once (default: CPUs / cpus_per_task)" },
+    { "dry-run", 'n', NULL, NULL, "show what would be created and run; change nothing" },
+    { "force", 0, NULL, NULL, "run points again even when their runs already completed" },
+    { "detach", 'd', NULL, NULL, "return at once; a background runner finishes the sweep "
+      "(log: RUNS_DIR/EXPERIMENT/runner.log)" },
+    { NULL, 0, NULL, NULL, NULL },
+};
+
+static const hcli_opt status_opts[] = {
+    { "format", 0, "FMT", "table|csv|json", FORMAT_HELP },
+    { NULL, 0, NULL, NULL, NULL },
+};
+
+static const hcli_opt wait_opts[] = {
+    { "timeout", 0, "SECONDS", NULL, "give up after this long (exit 1; default: no limit)" },
+    { NULL, 0, NULL, NULL, NULL },
+};
+
+static const hcli_opt no_opts[] = {
+    { NULL, 0, NULL, NULL, NULL },
+};
+
+static const hcli_opt resume_opts[] = {
+    { "jobs", 'j', "N", NULL, "run at most N jobs at once (default: CPUs / cpus_per_task)" },
+    { "detach", 'd', NULL, NULL, "return at once; a background runner finishes the sweep" },
+    { NULL, 0, NULL, NULL, NULL },
+};
+
+static const hcli_opt logs_opts[] = {
+    { "follow", 'f', NULL, NULL, "keep printing new output until the run ends" },
+    { NULL, 0, NULL, NULL, NULL },
+};
+
+static const hcli_opt query_opts_tab[] = {
+    { "experiment", 'e', "EXP", NULL, "only this experiment's runs" },
+    { "order", 0, "KEY", NULL, "order by KEY ascending, or -KEY descending" },
+    { "limit", 0, "N", NULL, "at most N rows" },
+    { "columns", 0, "A,B,...", NULL, "columns to show: run fields, result fields, config keys" },
+    { "format", 0, "FMT", "table|csv|json", FORMAT_HELP },
+    { NULL, 0, NULL, NULL, NULL },
+};
+
+static const hcli_opt show_opts[] = {
+    { "format", 0, "FMT", "table|csv|json", FORMAT_HELP },
+    { NULL, 0, NULL, NULL, NULL },
+};
+
+static const hcli_opt top_opts[] = {
+    { "by", 0, "KEY", NULL, "rank by KEY (default tokens_per_s; -KEY/+KEY force the order)" },
+    { "filter", 0, "EXPR", NULL, "only runs where EXPR is true" },
+    { "limit", 0, "N", NULL, "at most N rows (default 10)" },
+    { "columns", 0, "A,B,...", NULL, "columns to show" },
+    { "format", 0, "FMT", "table|csv|json", FORMAT_HELP },
+    { NULL, 0, NULL, NULL, NULL },
+};
+
+static const hcli_opt export_opts[] = {
+    { "format", 0, "FMT", "csv|json|table", "output format: csv, json or table (default csv)" },
+    { NULL, 0, NULL, NULL, NULL },
+};
+
+const hcli_cmd hcli_commands[] = {
+    { "plan", "SPEC", 1, 1, "expand a spec into points: kept, pruned (with the rule), skipped",
+      "Expands the experiment spec's matrix, checks every point against the layout rules "
+      "and skips points whose runs already completed in the database.", plan_opts, cmd_plan },
+    { "submit", "SPEC", 1, 1, "create the spec's runs and run them",
+      "Records the experiment, writes each new run's config and job script into "
+      "RUNS_DIR/EXPERIMENT/RUN-ID/ and runs the jobs (the local backend runs them here, "
+      "in the foreground unless --detach).  Points whose runs already completed are "
+      "skipped unless --force.  Safe to kill and run again: finished runs are recorded, "
+      "running jobs are waited for, and no completed point runs twice.",
+      submit_opts, cmd_submit },
+    { "status", "[EXP]", 0, 1, "runs per state, per experiment (or the runs of EXP)", NULL,
+      status_opts, cmd_status },
+    { "wait", "EXP", 1, 1, "block until no run of EXP is in flight",
+      "Exit 0 when every point of EXP has a completed run, 1 when some have none (or when no runner is left to finish the runs in flight).", wait_opts, cmd_wait },
+    { "cancel", "EXP|RUN...", 1, -1, "cancel the unfinished runs of an experiment, or runs",
+      NULL, no_opts, cmd_cancel },
+    { "resume", "EXP", 1, 1, "finish an experiment's sweep: recover and run its pending runs",
+      "Like running submit again without the spec: finished jobs are recorded, live ones "
+      "waited for, vanished ones replaced, pending ones run.", resume_opts, cmd_resume },
+    { "logs", "RUN", 1, 1, "print a run's stdout and stderr", NULL, logs_opts, cmd_logs },
+    { "query", "[FILTER]", 0, 1, "runs matching a filter expression, as a table, CSV or JSON",
+      "FILTER is an expression over run fields, result fields and config keys, e.g. "
+      "'parallel.tp >= 2 and tokens_per_s > 1000'.", query_opts_tab, cmd_query },
+    { "show", "RUN", 1, 1, "one run: record, result, metrics summary, config, history", NULL,
+      show_opts, cmd_show },
+    { "compare", "RUN RUN", 2, 2, "two runs: config differences and result ratios", NULL,
+      show_opts, cmd_compare },
+    { "top", "EXP", 1, 1, "an experiment's completed runs, best first", NULL, top_opts,
+      cmd_top },
+    { "export", "EXP", 1, 1, "every run of an experiment with all fields and config keys",
+      NULL, export_opts, cmd_export },
+    { NULL, NULL, 0, 0, NULL, NULL, NULL, NULL },
+};
+
+const hcli_cmd *hcli_find(const char *name)
+{
+    for (const hcli_cmd *c = hcli_commands; c->name; c++)
+        if (strcmp(c->name, name) == 0)
+            return c;
+    return NULL;
+}
+
+void hcli_print_usage(FILE *f)
+{
+    fprintf(f, "usage: hearth [--db FILE] [--runs-dir DIR] COMMAND [ARGS] [OPTIONS]\n\n"
+               "Plans, runs and records sweeps of hearth-train runs.\n\ncommands:\n");
+    for (const hcli_cmd *c = hcli_commands; c->name; c++) {
+        char head[64];
+        snprintf(head, sizeof head, "%s %s", c->name, c->args);
+        fprintf(f, "  %-22s %s\n", head, c->summary);
+    }
+    fprintf(f, "\nglobal options:\n");
+    for (const hcli_opt *o = hcli_global_opts; o->name; o++) {
+        char head[64];
+        snprintf(head, sizeof head, "--%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
+        fprintf(f, "  %-22s %s\n", head, o->help);
+    }
+    fprintf(f, "\nexit status: 0 ok, 1 some runs failed, 2 usage or spec error.\n"
+               "'hearth COMMAND --help' describes a command.\n");
+}
+
+/* Writes `text` wrapped at 80 columns, continuation lines indented by `indent`, the first
+ * line starting at column `col`. */
+static void print_wrapped(FILE *f, const char *text, int indent, int col)
+{
+    const char *p = text;
+    while (*p) {
+        while (*p == ' ')
+            p++;
+        size_t w = strcspn(p, " ");
+        if (col > indent && col + 1 + (int)w > 80) {
+            fprintf(f, "\n%*s", indent, "");
+            col = indent;
+        } else if (col > indent) {
+            fputc(' ', f);
+            col++;
+        }
+        fprintf(f, "%.*s", (int)w, p);
+        col += (int)w;
+        p += w;
+    }
+    fputc('\n', f);
+}
+
+static void print_opts(const hcli_opt *opts, FILE *f)
+{
+    for (const hcli_opt *o = opts; o->name; o++) {
+        char head[80];
+        int n = 0;
+        if (o->short_name)
+            n = snprintf(head, sizeof head, "-%c, ", o->short_name);
+        else
+            n = snprintf(head, sizeof head, "    ");
+        snprintf(head + n, sizeof head - (size_t)n, "--%s%s%s", o->name, o->arg ? " " : "",
+                 o->arg ? o->arg : "");
+        fprintf(f, "  %-24s ", head);
+        if (strlen(head) > 24)
+            fprintf(f, "\n%*s", 27, "");
+        print_wrapped(f, o->help, 27, 27);
+    }
+}
+
+void hcli_print_command_help(const hcli_cmd *cmd, FILE *f)
+{
+    fprintf(f, "usage: hearth %s %s [OPTIONS]\n\n%c%s.\n", cmd->name, cmd->args,
+            toupper((unsigned char)cmd->summary[0]), cmd->summary + 1);
+    if (cmd->help)
+        print_wrapped(f, cmd->help, 0, 0);
+    if (cmd->opts[0].name) {
+        fprintf(f, "\noptions:\n");
+        print_opts(cmd->opts, f);
+    }
+    fprintf(f, "\nglobal options:\n");
+    print_opts(hcli_global_opts, f);
+}
+
+static int opt_index(const hcli_opt *opts, const char *name, size_t len, char short_name)
+{
+    for (int i = 0; opts[i].name; i++) {
+        if (short_name ? opts[i].short_name == short_name
+                       : strlen(opts[i].name) == len && memcmp(opts[i].name, name, len) == 0)
+            return i;
+    }
+    return -1;
+}
+
+static int n_opts(const hcli_opt *opts)
+{
+    int n = 0;
+    while (opts[n].name)
+        n++;
+    return n;
+}
+
+static int check_choice(const hcli_opt *o, const char *v)
+{
+    if (!o->choices)
+        return 1;
+    size_t len = strlen(v);
+    for (const char *p = o->choices; *p; ) {
+        const char *bar = strchr(p, '|');
+        size_t n = bar ? (size_t)(bar - p) : strlen(p);
+        if (n == len && memcmp(p, v, n) == 0)
+            return 1;
+        p += n + (bar ? 1 : 0);
+    }
+    return 0;
+}
+
+static int usage_error(const char *cmd, const char *fmt, const char *a, const char *b)
+{
+    fprintf(stderr, "hearth%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+    fprintf(stderr, fmt, a, b);
+    fprintf(stderr, "\nTry 'hearth %s%s--help'.\n", cmd ? cmd : "", cmd ? " " : "");
+    return HCLI_EXIT_USAGE;
+}
+
+/* Global options live in gvals[], the command's in vals[]. */
+typedef struct {
+    const hcli_cmd *cmd;
+    const char **vals;
+    const char *gvals[8];
+    char **pos;
+    int npos;
+} parsed;
+
+/* Handles one option argument at argv[*i]; returns 0 or an exit code. */
+static int parse_option(parsed *p, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i];
+    const char *cmdname = p->cmd ? p->cmd->name : NULL;
+    const hcli_opt *tables[2] = { p->cmd ? p->cmd->opts : NULL, hcli_global_opts };
+    const char **stores[2] = { p->vals, p->gvals };
+    int is_long = a[1] == '-';
+    const char *name = a + (is_long ? 2 : 1);
+    const char *eq = is_long ? strchr(name, '=') : NULL;
+    size_t len = eq ? (size_t)(eq - name) : strlen(name);
+    for (int t = 0; t < 2; t++) {
+        if (!tables[t])
+            continue;
+        int k = is_long ? opt_index(tables[t], name, len, 0) : opt_index(tables[t], NULL, 0, name[0]);
+        if (k < 0)
+            continue;
+        const hcli_opt *o = &tables[t][k];
+        const char *val;
+        if (!o->arg) {
+            if (eq || (!is_long && name[1]))
+                return usage_error(cmdname, "option %s takes no value%s", a, "");
+            val = "";
+        } else if (eq) {
+            val = eq + 1;
+        } else if (!is_long && name[1]) {
+            val = name + 1;
+        } else if (*i + 1 < argc) {
+            val = argv[++*i];
+        } else {
+            return usage_error(cmdname, "option %s needs a value (%s)", a, o->arg);
+        }
+        if (o->arg && !check_choice(o, val)) {
+            char opt[128];
+            snprintf(opt, sizeof opt, "--%s %s", o->name, val);
+            return usage_error(cmdname, "%s: expected one of %s", opt, o->choices);
+        }
+        stores[t][k] = val;
+        return 0;
+    }
+    char shown[128];
+    snprintf(shown, sizeof shown, "%.*s", (int)(is_long ? len + 2 : 2), a);
+    return usage_error(cmdname, "unknown option %s%s", shown,
+                       p->cmd ? "" : " (global options come before or after the command)");
+}
+
+int hcli_main(int argc, char **argv)
+{
+    parsed p = { 0 };
+    p.pos = calloc((size_t)argc + 1, sizeof *p.pos);
+    const char **vals = NULL;
+    int rc = 0, no_more_opts = 0, want_help = 0;
+    if (!p.pos) {
+        fprintf(stderr, "hearth: out of memory\n");
+        return HCLI_EXIT_FAILED;
+    }
+    for (int i = 1; i < argc && !rc; i++) {
+        const char *a = argv[i];
+        if (!no_more_opts && strcmp(a, "--") == 0) {
+            no_more_opts = 1;
+        } else if (!no_more_opts && a[0] == '-' && a[1]) {
+            if (!p.cmd && strcmp(a, "--version") == 0) {
+                printf("hearth 0.1.0\n");
+                free(p.pos);
+                return HCLI_EXIT_OK;
+            }
+            rc = parse_option(&p, argc, argv, &i);
+        } else if (!p.cmd) {
+            if (strcmp(a, "help") == 0) {
+                want_help = 1;
+                if (i + 1 < argc && hcli_find(argv[i + 1]))
+                    p.cmd = hcli_find(argv[++i]);
+                break;
+            }
+            p.cmd = hcli_find(a);
+            if (!p.cmd)
+                rc = usage_error(NULL, "unknown command '%s'%s", a, "");
+            else if (!(vals = calloc((size_t)n_opts(p.cmd->opts) + 1, sizeof *vals)))
+                rc = HCLI_EXIT_FAILED;
+            p.vals = vals;
+        } else {
+            p.pos[p.npos++] = argv[i];
+        }
+    }
+    int help_idx = opt_index(hcli_global_opts, "help", 4, 0);
+    if (!rc && (want_help || p.gvals[help_idx])) {
+        if (p.cmd)
+            hcli_print_command_help(p.cmd, stdout);
+        else
+            hcli_print_usage(stdout);
+    } else if (!rc && !p.cmd) {
+        hcli_print_usage(stderr);
+        rc = HCLI_EXIT_USAGE;
+    } else if (!rc && (p.npos < p.cmd->min_args ||
+                       (p.cmd->max_args >= 0 && p.npos > p.cmd->max_args))) {
+        rc = usage_error(p.cmd->name, "expected %s, got %s", p.cmd->args,
+                         p.npos < p.cmd->min_args ? "too few arguments"
+                                                  : "too many arguments");
+    } else if (!rc) {
+        hcli_ctx c = { 0 };
+        c.cmd = p.cmd;
+        c.argc = p.npos;
+        c.argv = p.pos;
+        c.values = vals;
+        const char *db = p.gvals[opt_index(hcli_global_opts, "db", 2, 0)];
+        if (!db || !*db)
+            db = getenv("HEARTH_DB");
+        c.db_path = db && *db ? db : "hearth.db";
+        c.runs_dir_opt = p.gvals[opt_index(hcli_global_opts, "runs-dir", 8, 0)];
+        rc = p.cmd->run(&c);
+    }
+    free(vals);
+    free(p.pos);
+    return rc;
+}
+
+const char *hcli_get(const hcli_ctx *c, const char *name)
+{
+    int k = opt_index(c->cmd->opts, name, strlen(name), 0);
+    return k < 0 ? NULL : c->values[k];
+}
+
+int hcli_flag(const hcli_ctx *c, const char *name)
+{
+    return hcli_get(c, name) != NULL;
+}
+
+int hcli_get_long(const hcli_ctx *c, const char *name, long def, long min, long *out,
+                  hearth_err *err)
+{
+    const char *v = hcli_get(c, name);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end || errno || x < min)
+        return herr_set(err, HERR_CONFIG, "--%s %s: expected an integer >= %ld", name, v, min);
+    *out = x;
+    return 0;
+}
+
+int hcli_runs_dir(const hcli_ctx *c, char *buf, size_t size, hearth_err *err)
+{
+    char rel[PATH_MAX];
+    if (c->runs_dir_opt && *c->runs_dir_opt) {
+        snprintf(rel, sizeof rel, "%s", c->runs_dir_opt);
+    } else {
+        const char *slash = strrchr(c->db_path, '/');
+        if (slash)
+            snprintf(rel, sizeof rel, "%.*s/runs", (int)(slash - c->db_path), c->db_path);
+        else
+            snprintf(rel, sizeof rel, "runs");
+        if (slash == c->db_path)
+            snprintf(rel, sizeof rel, "/runs");
+    }
+    if (rel[0] == '/') {
+        if ((size_t)snprintf(buf, size, "%s", rel) >= size)
+            return herr_set(err, HERR_CONFIG, "%s: path too long", rel);
+        return 0;
+    }
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd))
+        return herr_set(err, HERR_IO, "getcwd: %s", strerror(errno));
+    if ((size_t)snprintf(buf, size, "%s/%s", cwd, rel) >= size)
+        return herr_set(err, HERR_CONFIG, "%s: path too long", rel);
+    return 0;
+}
+
+int hcli_fail(const hcli_ctx *c, int rc, const hearth_err *err)
+{
+    fprintf(stderr, "hearth %s: %s\n", c->cmd->name, err->msg);
+    return rc == HERR_CONFIG ? HCLI_EXIT_USAGE : HCLI_EXIT_FAILED;
+}

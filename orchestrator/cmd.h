@@ -1,0 +1,38 @@
+/* cmd.h - the handlers of `hearth`'s commands (cmd_*.c), named by the table in cli.c.
+ * Each takes the parsed command line and returns the exit code (cli.h). */
+#ifndef HEARTH_CMD_H
+#define HEARTH_CMD_H
+
+#include "cli.h"
+#include "db.h"
+
+int cmd_plan(hcli_ctx *c);
+int cmd_submit(hcli_ctx *c);
+int cmd_status(hcli_ctx *c);
+int cmd_wait(hcli_ctx *c);
+int cmd_cancel(hcli_ctx *c);
+int cmd_resume(hcli_ctx *c);
+int cmd_logs(hcli_ctx *c);
+int cmd_query(hcli_ctx *c);
+int cmd_show(hcli_ctx *c);
+int cmd_compare(hcli_ctx *c);
+int cmd_top(hcli_ctx *c);
+int cmd_export(hcli_ctx *c);
+
+/* Running an experiment's sweep (submit, resume): in the foreground, or in a detached
+ * runner (its log in EXP_DIR/runner.log) when `detach`. */
+typedef struct {
+    const char *experiment;
+    const char *exp_dir;       /* RUNS_DIR/EXP: the runner lock and log live here */
+    const char *backend;
+    long jobs;                 /* 0: CPUs / cpus_per_task */
+    int detach;
+    int detached;              /* set in the detached runner itself */
+} cmd_run_opts;
+int cmd_run_sweep(hcli_ctx *c, const cmd_run_opts *ro);
+
+/* Opens the command's database (creating it when `create`; else a missing file is an
+ * error naming it, exit 2).  Returns 0, or the exit code after printing the error. */
+int cmd_open_db(hcli_ctx *c, int create, hearth_db **db);
+
+#endif

@@ -1,0 +1,61 @@
+/* cmd_plan.c - `hearth plan SPEC`: the spec's points, kept / pruned / skipped (plan.h),
+ * deduplicated against the experiment's completed runs when the database exists. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cmd.h"
+#include "plan.h"
+#include "runs_db.h"
+#include "spec.h"
+
+typedef struct {
+    hearth_db *db;
+    const char *experiment;
+} completed_ctx;
+
+/* plan's dedup: completed runs of the hash in this experiment. */
+static int completed_in_experiment(void *ctx, const char *hash, int *count, hearth_err *err)
+{
+    completed_ctx *cc = ctx;
+    long done = 0;
+    int rc = runs_db_count_by_hash(cc->db, cc->experiment, hash, &done, NULL, err);
+    *count = done > 1000000000L ? 1000000000 : (int)done;
+    return rc;
+}
+
+int cmd_plan(hcli_ctx *c)
+{
+    hearth_err err = { { 0 } };
+    spec *s = NULL;
+    int rc = spec_load(&s, c->argv[0], &err);
+    if (rc)
+        return hcli_fail(c, HERR_CONFIG, &err);
+    const char *fmt = hcli_get(c, "format");
+    hearth_db *db = NULL;
+    /* Planning never creates a database: without one nothing has completed yet. */
+    if (access(c->db_path, F_OK) == 0 && (rc = db_open(c->db_path, &db, &err))) {
+        spec_free(s);
+        return hcli_fail(c, rc, &err);
+    }
+    completed_ctx cc = { db, s->name };
+    plan_opts opts = { 0 };
+    opts.already_completed = db ? completed_in_experiment : NULL;
+    opts.completed_ctx = &cc;
+    opts.force = hcli_flag(c, "force");
+    plan_result r;
+    memset(&r, 0, sizeof r);
+    rc = plan_collect(s, &opts, &r, &err);
+    if (!rc) {
+        if (fmt && strcmp(fmt, "json") == 0)
+            rc = plan_format_json(&r, stdout);
+        else
+            rc = plan_format_table(&r, stdout);
+        if (rc || fflush(stdout))
+            rc = herr_set(&err, HERR_IO, "writing the plan failed");
+    }
+    plan_result_free(&r);
+    db_close(db);
+    spec_free(s);
+    return rc ? hcli_fail(c, rc, &err) : HCLI_EXIT_OK;
+}

@@ -1,0 +1,424 @@
+/* rundir.c - a run directory's files.  See rundir.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "render.h"
+#include "rundir.h"
+#include "shape/canon_json.h"
+#include "shape/run_config.h"
+
+int rundir_path(char *buf, size_t size, const char *run_dir, const char *name,
+                hearth_err *err)
+{
+    if ((size_t)snprintf(buf, size, "%s/%s", run_dir, name) >= size)
+        return herr_set(err, HERR_IO, "%s/%s: path too long", run_dir, name);
+    return 0;
+}
+
+int rundir_mkdirs(const char *path, hearth_err *err)
+{
+    char buf[4096];
+    if ((size_t)snprintf(buf, sizeof buf, "%s", path) >= sizeof buf)
+        return herr_set(err, HERR_IO, "%s: path too long", path);
+    for (char *p = buf + 1; ; p++) {
+        if (*p == '/' || *p == 0) {
+            char c = *p;
+            *p = 0;
+            if (mkdir(buf, 0777) && errno != EEXIST)
+                return herr_set(err, HERR_IO, "%s: %s", buf, strerror(errno));
+            *p = c;
+            if (!c)
+                break;
+        }
+    }
+    struct stat st;
+    if (stat(path, &st) || !S_ISDIR(st.st_mode))
+        return herr_set(err, HERR_IO, "%s: not a directory", path);
+    return 0;
+}
+
+int rundir_write_file(const char *path, const char *data, size_t len, int mode,
+                      hearth_err *err)
+{
+    char tmp[4200];
+    const char *slash = strrchr(path, '/');
+    int dlen = slash ? (int)(slash - path) + 1 : 0;
+    if ((size_t)snprintf(tmp, sizeof tmp, "%.*s.%s.tmp", dlen, path,
+                         slash ? slash + 1 : path) >= sizeof tmp)
+        return herr_set(err, HERR_IO, "%s: path too long", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    if (fd < 0)
+        return herr_set(err, HERR_IO, "%s: %s", tmp, strerror(errno));
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = write(fd, data + done, len - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            return herr_set(err, HERR_IO, "%s: %s", tmp, strerror(e));
+        }
+        done += (size_t)n;
+    }
+    /* The mode given to open() is filtered by the umask; a job script must be executable. */
+    if (fchmod(fd, (mode_t)mode) || close(fd) || rename(tmp, path)) {
+        int e = errno;
+        unlink(tmp);
+        return herr_set(err, HERR_IO, "%s: %s", path, strerror(e));
+    }
+    return 0;
+}
+
+void rundir_job_free(rundir_job *j)
+{
+    if (!j)
+        return;
+    free(j->run_id);
+    free(j->experiment);
+    free(j->backend);
+    free(j->trainer);
+    free(j->workdir);
+    for (int i = 0; i < j->n_setup; i++)
+        free(j->setup[i]);
+    free(j->setup);
+    free(j->config_hash);
+    free(j->after_experiment);
+    memset(j, 0, sizeof *j);
+}
+
+static int dup_str(char **dst, const char *src)
+{
+    *dst = NULL;
+    if (!src)
+        return 0;
+    *dst = strdup(src);
+    return *dst ? 0 : HERR_NOMEM;
+}
+
+int rundir_job_copy(rundir_job *out, const rundir_job *in, hearth_err *err)
+{
+    memset(out, 0, sizeof *out);
+    out->cpus_per_task = in->cpus_per_task;
+    out->time_limit_s = in->time_limit_s;
+    out->retries = in->retries;
+    out->repeat = in->repeat;
+    out->max_concurrent = in->max_concurrent;
+    out->after_any = in->after_any;
+    int rc = dup_str(&out->run_id, in->run_id) || dup_str(&out->experiment, in->experiment) ||
+             dup_str(&out->backend, in->backend) || dup_str(&out->trainer, in->trainer) ||
+             dup_str(&out->workdir, in->workdir) ||
+             dup_str(&out->config_hash, in->config_hash) ||
+             dup_str(&out->after_experiment, in->after_experiment);
+    if (!rc && in->n_setup) {
+        out->setup = calloc((size_t)in->n_setup, sizeof *out->setup);
+        rc = !out->setup;
+        for (int i = 0; !rc && i < in->n_setup; i++, out->n_setup++)
+            rc = dup_str(&out->setup[i], in->setup[i]);
+    }
+    if (rc) {
+        rundir_job_free(out);
+        return herr_set(err, HERR_NOMEM, "out of memory");
+    }
+    return 0;
+}
+
+static json_t *job_to_json(const rundir_job *j)
+{
+    json_t *setup = json_array();
+    for (int i = 0; setup && i < j->n_setup; i++)
+        json_array_append_new(setup, json_string(j->setup[i]));
+    json_t *after = json_null();
+    if (j->after_experiment)
+        after = json_pack("{s:s, s:s}", "experiment", j->after_experiment, "on",
+                          j->after_any ? "any" : "ok");
+    return json_pack("{s:s?, s:s?, s:s?, s:s?, s:s?, s:o, s:s?, s:i, s:I, s:i, s:i, s:i, s:o}",
+                     "run_id", j->run_id, "experiment", j->experiment, "backend", j->backend,
+                     "trainer", j->trainer, "workdir", j->workdir, "setup", setup,
+                     "config_hash", j->config_hash, "cpus_per_task", j->cpus_per_task,
+                     "time_limit_s", (json_int_t)j->time_limit_s, "retries", j->retries,
+                     "repeat", j->repeat, "max_concurrent", j->max_concurrent, "after", after);
+}
+
+static int get_str(json_t *o, const char *key, char **out, int required, const char *path,
+                   hearth_err *err)
+{
+    json_t *v = json_object_get(o, key);
+    *out = NULL;
+    if (!v || json_is_null(v)) {
+        if (required)
+            return herr_set(err, HERR_CONFIG, "%s: %s: missing", path, key);
+        return 0;
+    }
+    if (!json_is_string(v))
+        return herr_set(err, HERR_CONFIG, "%s: %s: expected a string", path, key);
+    if (!(*out = strdup(json_string_value(v))))
+        return herr_set(err, HERR_NOMEM, "out of memory");
+    return 0;
+}
+
+static int get_int(json_t *o, const char *key, int64_t *out, int64_t lo, const char *path,
+                   hearth_err *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || !json_is_integer(v) || json_integer_value(v) < lo)
+        return herr_set(err, HERR_CONFIG, "%s: %s: expected an integer >= %lld", path, key,
+                        (long long)lo);
+    *out = json_integer_value(v);
+    return 0;
+}
+
+int rundir_job_read(const char *run_dir, rundir_job *j, hearth_err *err)
+{
+    char path[4200];
+    memset(j, 0, sizeof *j);
+    int rc = rundir_path(path, sizeof path, run_dir, "job.json", err);
+    if (rc)
+        return rc;
+    json_error_t jerr;
+    json_t *o = json_load_file(path, 0, &jerr);
+    if (!o) {
+        if (access(path, F_OK))
+            return herr_set(err, HERR_IO, "%s: %s", path, strerror(errno));
+        return herr_set(err, HERR_CONFIG, "%s:%d:%d: %s", path, jerr.line, jerr.column,
+                        jerr.text);
+    }
+    int64_t cpus = 1, limit = 0, retries = 0, repeat = 1, maxc = 0;
+    if (!json_is_object(o))
+        rc = herr_set(err, HERR_CONFIG, "%s: not a JSON object", path);
+    if (!rc)
+        rc = get_str(o, "run_id", &j->run_id, 1, path, err);
+    if (!rc)
+        rc = get_str(o, "experiment", &j->experiment, 1, path, err);
+    if (!rc)
+        rc = get_str(o, "backend", &j->backend, 1, path, err);
+    if (!rc)
+        rc = get_str(o, "trainer", &j->trainer, 1, path, err);
+    if (!rc)
+        rc = get_str(o, "workdir", &j->workdir, 1, path, err);
+    if (!rc)
+        rc = get_str(o, "config_hash", &j->config_hash, 1, path, err);
+    if (!rc)
+        rc = get_int(o, "cpus_per_task", &cpus, 1, path, err);
+    if (!rc)
+        rc = get_int(o, "time_limit_s", &limit, 0, path, err);
+    if (!rc)
+        rc = get_int(o, "retries", &retries, 0, path, err);
+    if (!rc)
+        rc = get_int(o, "repeat", &repeat, 1, path, err);
+    if (!rc)
+        rc = get_int(o, "max_concurrent", &maxc, 0, path, err);
+    json_t *setup = rc ? NULL : json_object_get(o, "setup");
+    if (!rc && setup && !json_is_array(setup))
+        rc = herr_set(err, HERR_CONFIG, "%s: setup: expected a list", path);
+    if (!rc && setup && json_array_size(setup)) {
+        j->setup = calloc(json_array_size(setup), sizeof *j->setup);
+        if (!j->setup)
+            rc = herr_set(err, HERR_NOMEM, "out of memory");
+        for (size_t i = 0; !rc && i < json_array_size(setup); i++) {
+            json_t *line = json_array_get(setup, i);
+            if (!json_is_string(line))
+                rc = herr_set(err, HERR_CONFIG, "%s: setup[%zu]: expected a string", path, i);
+            else if (!(j->setup[i] = strdup(json_string_value(line))))
+                rc = herr_set(err, HERR_NOMEM, "out of memory");
+            else
+                j->n_setup++;
+        }
+    }
+    json_t *after = rc ? NULL : json_object_get(o, "after");
+    if (!rc && after && json_is_object(after)) {
+        char *on = NULL;
+        rc = get_str(after, "experiment", &j->after_experiment, 1, path, err);
+        if (!rc)
+            rc = get_str(after, "on", &on, 0, path, err);
+        j->after_any = on && strcmp(on, "any") == 0;
+        free(on);
+    }
+    json_decref(o);
+    j->cpus_per_task = (int)(cpus > 4096 ? 4096 : cpus);
+    j->time_limit_s = limit;
+    j->retries = (int)(retries > 1000 ? 1000 : retries);
+    j->repeat = (int)(repeat > 1000000 ? 1000000 : repeat);
+    j->max_concurrent = (int)(maxc > 1000000 ? 1000000 : maxc);
+    if (rc)
+        rundir_job_free(j);
+    return rc;
+}
+
+char *rundir_config_yaml(const char *config_json, hearth_err *err)
+{
+    json_error_t jerr;
+    json_t *o = json_loads(config_json, 0, &jerr);
+    if (!o || !json_is_object(o)) {
+        json_decref(o);
+        herr_set(err, HERR_CONFIG, "resolved config: not a JSON object (%s)", jerr.text);
+        return NULL;
+    }
+    json_t *preset = json_object_get(o, "model_preset");
+    json_t *model = json_object_get(o, "model");
+    if (preset && json_is_object(model)) {
+        json_object_set(model, "preset", preset);
+        json_object_del(o, "model_preset");
+    }
+    char *text = canon_json_dump(o);
+    json_decref(o);
+    if (!text) {
+        herr_set(err, HERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    size_t n = strlen(text);
+    char *with_nl = realloc(text, n + 2);
+    if (!with_nl) {
+        free(text);
+        herr_set(err, HERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    with_nl[n] = '\n';
+    with_nl[n + 1] = 0;
+    return with_nl;
+}
+
+/* The trainer reads run.yaml with the same module that hashed the point: the hash must
+ * come back unchanged, or every run would fail at ingest with a hash mismatch. */
+static int check_round_trip(const char *path, const char *yaml, const char *want,
+                            hearth_err *err)
+{
+    run_config c;
+    char got[65];
+    int rc = run_config_parse(&c, path, yaml, NULL, 0, 0, err);
+    if (!rc)
+        rc = run_config_hash(&c, got, err);
+    if (rc)
+        return herr_prefix(err, HERR_RUNTIME, "the written run config does not read back");
+    if (want && strcmp(got, want) != 0)
+        return herr_set(err, HERR_RUNTIME, "%s reads back with config hash %s, not %s: the run "
+                        "config reader and the canonical JSON disagree", path, got, want);
+    return 0;
+}
+
+static int job_vars_render(const rundir_job *j, const char *run_dir, const char *tmpl_name,
+                           const char *tmpl, char **script, hearth_err *err)
+{
+    char config[4200], cpus[32];
+    int rc = rundir_path(config, sizeof config, run_dir, "run.yaml", err);
+    if (rc)
+        return rc;
+    snprintf(cpus, sizeof cpus, "%d", j->cpus_per_task);
+    size_t setup_len = 1;
+    for (int i = 0; i < j->n_setup; i++)
+        setup_len += strlen(j->setup[i]) + 6;
+    char *setup = malloc(setup_len);
+    if (!setup)
+        return herr_set(err, HERR_NOMEM, "out of memory");
+    size_t used = 0;
+    setup[0] = 0;
+    for (int i = 0; i < j->n_setup; i++)
+        used += (size_t)snprintf(setup + used, setup_len - used, "    %s\n", j->setup[i]);
+    render_var vars[] = {
+        { "RUN_ID", j->run_id, 0 },
+        { "EXPERIMENT", j->experiment, 0 },
+        { "RUN_DIR", run_dir, 0 },
+        { "TRAINER", j->trainer, 0 },
+        { "CONFIG", config, 0 },
+        { "WORKDIR", j->workdir, 0 },
+        { "CONFIG_HASH", j->config_hash, 0 },
+        { "CPUS_PER_TASK", cpus, 0 },
+        { "SETUP", setup, 1 },   /* resources.setup: shell lines by design */
+    };
+    rc = render_template(tmpl_name, tmpl, vars, sizeof vars / sizeof vars[0], script, err);
+    free(setup);
+    return rc;
+}
+
+int rundir_write(const char *run_dir, const rundir_job *j, const char *config_json,
+                 const char *tmpl_name, const char *tmpl, hearth_err *err)
+{
+    char path[4200];
+    char *yaml = NULL, *script = NULL, *job = NULL;
+    int rc = rundir_mkdirs(run_dir, err);
+    if (!rc && !(yaml = rundir_config_yaml(config_json, err)))
+        rc = HERR_RUNTIME;
+    if (!rc)
+        rc = rundir_path(path, sizeof path, run_dir, "run.yaml", err);
+    if (!rc)
+        rc = check_round_trip(path, yaml, j->config_hash, err);
+    if (!rc)
+        rc = rundir_write_file(path, yaml, strlen(yaml), 0644, err);
+    if (!rc) {
+        json_t *o = job_to_json(j);
+        job = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+        json_decref(o);
+        if (!job)
+            rc = herr_set(err, HERR_NOMEM, "out of memory writing job.json");
+    }
+    if (!rc)
+        rc = rundir_path(path, sizeof path, run_dir, "job.json", err);
+    if (!rc)
+        rc = rundir_write_file(path, job, strlen(job), 0644, err);
+    if (!rc)
+        rc = job_vars_render(j, run_dir, tmpl_name, tmpl, &script, err);
+    if (!rc)
+        rc = rundir_path(path, sizeof path, run_dir, "job.sh", err);
+    if (!rc)
+        rc = rundir_write_file(path, script, strlen(script), 0755, err);
+    free(yaml);
+    free(job);
+    free(script);
+    return rc;
+}
+
+int rundir_exit_code(const char *run_dir, int *code)
+{
+    char path[4200], buf[64];
+    if (rundir_path(path, sizeof path, run_dir, "exit_code", NULL))
+        return 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    char *end;
+    long v = strtol(buf, &end, 10);
+    if (end == buf || v < 0 || v > 255)
+        return 0;
+    *code = (int)v;
+    return 1;
+}
+
+int rundir_archive_attempt(const char *run_dir, int attempt, int keep_outputs,
+                           hearth_err *err)
+{
+    static const char *const always[] = { "stdout.log", "stderr.log", "exit_code" };
+    static const char *const outputs[] = { "metrics.jsonl", "result.json", "train.log",
+                                           "config.json" };
+    char dir[4200], from[4200], to[4300];
+    char sub[32];
+    snprintf(sub, sizeof sub, "attempt-%d", attempt - 1);
+    int rc = rundir_path(dir, sizeof dir, run_dir, sub, err);
+    if (!rc && mkdir(dir, 0777) && errno != EEXIST)
+        rc = herr_set(err, HERR_IO, "%s: %s", dir, strerror(errno));
+    for (int pass = 0; !rc && pass < 2; pass++) {
+        if (pass == 1 && keep_outputs)
+            break;
+        const char *const *names = pass ? outputs : always;
+        size_t n = pass ? sizeof outputs / sizeof *outputs : sizeof always / sizeof *always;
+        for (size_t i = 0; !rc && i < n; i++) {
+            rc = rundir_path(from, sizeof from, run_dir, names[i], err);
+            if (!rc && (size_t)snprintf(to, sizeof to, "%s/%s", dir, names[i]) >= sizeof to)
+                rc = herr_set(err, HERR_IO, "%s: path too long", dir);
+            if (!rc && rename(from, to) && errno != ENOENT)
+                rc = herr_set(err, HERR_IO, "%s: %s", from, strerror(errno));
+        }
+    }
+    return rc;
+}

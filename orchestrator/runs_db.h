@@ -1,0 +1,106 @@
+/* runs_db.h - experiments and runs in the results database: what `plan`, `submit` and
+ * `status` record and read.
+ *
+ * Every write is atomic (one transaction, nested inside the caller's when there is one: see
+ * db_tx_begin), so a crash never leaves a run half-recorded.  Run ids are
+ * "<experiment>-<n>" with n = 1, 2, ... per experiment (DESIGN.md, "Experiment spec").
+ *
+ * Lookups return 1 when found, 0 when not found, or a negative herr_code. */
+#ifndef HEARTH_RUNS_DB_H
+#define HEARTH_RUNS_DB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "db.h"
+#include "run_state.h"
+
+/* Creates the experiment or updates its spec (a resubmitted, changed spec adds points to
+ * the same experiment).  spec_path / spec_text may be NULL (kept as they were).  *id (may
+ * be NULL) receives experiments.id. */
+int runs_db_experiment_upsert(hearth_db *db, const char *name, const char *spec_path,
+                              const char *spec_text, int64_t *id, hearth_err *err);
+int runs_db_experiment_find(hearth_db *db, const char *name, int64_t *id, hearth_err *err);
+
+/* A new run, recorded as `pending`. */
+typedef struct {
+    const char *experiment;   /* name of an existing experiment */
+    const char *config_json;  /* the resolved config's canonical JSON (an object) */
+    const char *config_hash;  /* its sha256, 64 lowercase hex digits */
+    const char *run_dir;      /* may be NULL (set later with runs_db_set_run_dir) */
+} run_new;
+
+/* Inserts the run and its flattened config (run_config_kv).  *run_id (may be NULL)
+ * receives the new id, malloc'd: the caller frees it; *pk (may be NULL) runs.id.
+ * A config that is not a JSON object or a malformed hash fail with HERR_CONFIG. */
+int runs_db_insert(hearth_db *db, const run_new *r, char **run_id, int64_t *pk,
+                   hearth_err *err);
+
+int runs_db_set_run_dir(hearth_db *db, const char *run_id, const char *run_dir,
+                        hearth_err *err);
+/* Records the backend and job id of the current attempt without changing the state (for
+ * backends that learn the id after the transition to `submitted`).  NULL keeps a value. */
+int runs_db_set_job(hearth_db *db, const char *run_id, const char *backend,
+                    const char *job_id, hearth_err *err);
+
+/* What comes with a transition; every field is optional (NULL / 0). */
+typedef struct {
+    const char *backend;     /* recorded when not NULL */
+    const char *job_id;      /* recorded when not NULL (the job of this attempt) */
+    int has_exit_code;
+    int exit_code;
+    const char *note;        /* why, for the history (run_events) */
+} run_transition;
+
+/* Moves the run to state `to` if the transition table (run_state.h) allows it from its
+ * current state, else fails with HERR_RUNTIME "run ID: illegal run state transition A -> B"
+ * and changes nothing.  Side effects: -> submitted counts an attempt and stamps
+ * submitted_at; -> running stamps started_at; a terminal state stamps ended_at.  Each
+ * transition is appended to run_events.  t may be NULL. */
+int runs_db_transition(hearth_db *db, const char *run_id, run_state to,
+                       const run_transition *t, hearth_err *err);
+
+/* A run as recorded.  Strings are malloc'd (NULL when unset); free with run_info_free. */
+typedef struct {
+    int64_t pk;               /* runs.id */
+    char *run_id;
+    char *experiment;
+    int seq;
+    run_state state;
+    int attempts;
+    char *config_hash;
+    char *config_json;        /* runs_db_get only; NULL from runs_db_list */
+    char *run_dir;
+    char *backend;
+    char *backend_job_id;
+    int has_exit_code;
+    int exit_code;
+    char *created_at, *submitted_at, *started_at, *ended_at;
+} run_info;
+
+void run_info_free(run_info *r);
+
+int runs_db_get(hearth_db *db, const char *run_id, run_info *out, hearth_err *err);
+
+/* The runs of an experiment in run order, optionally only those whose state is in
+ * `state_mask` (bit 1 << state; 0 = all).  *out is a malloc'd array of *n entries
+ * (NULL when none); free it with runs_db_list_free.  An unknown experiment yields 0 runs. */
+int runs_db_list(hearth_db *db, const char *experiment, unsigned state_mask, run_info **out,
+                 size_t *n, hearth_err *err);
+void runs_db_list_free(run_info *v, size_t n);
+
+/* Runs per state of an experiment (NULL: all experiments). */
+int runs_db_state_counts(hearth_db *db, const char *experiment,
+                         long counts[RUN_STATE_COUNT], hearth_err *err);
+
+/* Plan dedup: how many runs with this config hash are completed, and how many are still
+ * on their way (pending, submitted, running, requeued).  experiment NULL counts runs of
+ * every experiment.  Either output may be NULL. */
+int runs_db_count_by_hash(hearth_db *db, const char *experiment, const char *hash,
+                          long *completed, long *active, hearth_err *err);
+/* The same for many hashes at once, read from one snapshot; completed/active are arrays of
+ * n (either may be NULL). */
+int runs_db_count_by_hashes(hearth_db *db, const char *experiment, const char *const *hashes,
+                            size_t n, long *completed, long *active, hearth_err *err);
+
+#endif

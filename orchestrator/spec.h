@@ -1,0 +1,144 @@
+/* spec.h - the experiment spec (DESIGN.md "Experiment spec"): reading and checking it.
+ *
+ *     name: lr-sweep                 # required; [A-Za-z0-9._-], starts with a letter or digit
+ *     trainer: build/bin/hearth-train    # optional
+ *     base: {model: tiny-vlm, device: cpu, train: {steps: 20}}    # a run config mapping
+ *     resources: {nodes: 1, gpus_per_node: 8, time: "01:00:00", setup: [...], sbatch: [...]}
+ *     matrix:                        # cartesian product, spec order, last key fastest
+ *       train.lr: [1e-3, 3e-4]
+ *       resources.nodes: [1, 2]
+ *       model.decoder.mrope_section: [[16, 24, 24], [8, 28, 28]]   # list-valued key
+ *     zip:                           # each group advances its lists together
+ *       - {parallel.tp: [1, 2], parallel.pp: [2, 1]}
+ *     include: [{train.lr: 1e-2, train.seed: 7}]   # extra points
+ *     exclude: [{train.lr: 3e-4, resources.nodes: 2}]   # drop points matching all keys
+ *     where: "parallel.tp * parallel.pp <= 8"      # expression (expr.h)
+ *     repeat: 3
+ *     retries: 1
+ *     after: {experiment: warmup, on: ok}
+ *
+ * Every dotted key (matrix, zip, include, exclude, where) must be a run-config key
+ * (trainer/shape/fields.h tables: "train.lr", "model" / "model.preset", "model.decoder.heads",
+ * ...) or a scalar resources key ("resources.nodes").  Every swept value is type-checked
+ * against its key when the spec is read, so a bad value is reported at its own line.
+ *
+ * Errors read "FILE:LINE:COL: KEY: what is wrong" (DESIGN.md "Errors"), e.g.
+ *     sweep.yaml:4:3: matrx: unknown key (did you mean 'matrix'?)
+ *     sweep.yaml:9:7: zip[0]: parallel.pp has 3 values but parallel.tp has 2
+ *     sweep.yaml:12:22: where: expected ')' to close '(' at column 1, got end of expression
+ *
+ * Ownership: spec_load/spec_parse allocate a spec; spec_free releases it, with the YAML
+ * tree that every node pointer and string below points into. */
+#ifndef HEARTH_SPEC_H
+#define HEARTH_SPEC_H
+
+#include <stdint.h>
+
+#include "expr.h"
+#include "shape/err.h"
+#include "shape/yaml_tree.h"
+
+/* One value of a swept key: a scalar, or a list for list-valued keys. */
+typedef struct {
+    const yaml_tree_node *node;   /* in the spec's tree */
+    const char *text;             /* scalar text, or flow text "[16, 24, 24]" for a list */
+    expr_value typed;             /* as expressions see it (spec_value_typed with its key) */
+} spec_value;
+
+/* A key with its values: one matrix axis, one member of a zip group. */
+typedef struct {
+    const char *key;              /* dotted key as written ("model" stays "model") */
+    int line, col;                /* of the key */
+    int n_values;
+    spec_value *values;
+} spec_axis;
+
+typedef struct {
+    int line, col;                /* of the group's mapping */
+    int n_axes;
+    spec_axis *axes;              /* every axis has the same n_values */
+} spec_zip;
+
+/* One include or exclude entry: dotted key = one value each. */
+typedef struct {
+    const char *key;
+    int line, col;
+    spec_value value;
+} spec_setting;
+
+typedef struct {
+    int line, col;
+    int n;
+    spec_setting *settings;
+} spec_entry;
+
+/* Resources; 0 / NULL where not given (plan applies the defaults: nodes 1, gpus_per_node 1,
+ * cpus_per_task 1, max_concurrent unlimited). */
+typedef struct {
+    int64_t nodes, gpus_per_node, cpus_per_task, max_concurrent;
+    const char *time, *partition, *account, *qos, *constraint;
+    int n_setup;
+    const char **setup;
+    int n_sbatch;
+    const char **sbatch;
+} spec_resources;
+
+typedef enum { SPEC_AFTER_OK = 0, SPEC_AFTER_ANY = 1 } spec_after_on;
+
+typedef struct spec {
+    yaml_tree *tree;
+    const char *file;                 /* name used in messages */
+    const char *name;
+    const char *trainer;              /* NULL: the built hearth-train */
+    const yaml_tree_node *base;       /* the base run config mapping; NULL when absent */
+    spec_resources resources;
+    int n_matrix;
+    spec_axis *matrix;
+    int n_zip;
+    spec_zip *zip;
+    int n_include;
+    spec_entry *include;
+    int n_exclude;
+    spec_entry *exclude;
+    const char *where_src;            /* NULL when absent */
+    expr_node *where;
+    int where_line, where_col;        /* of the expression's first character in the file */
+    int repeat;                       /* >= 1, default 1 */
+    int retries;                      /* >= 0, default 0 */
+    const char *after_experiment;     /* NULL when absent */
+    spec_after_on after_on;
+    int after_line, after_col;
+    /* private */
+    char **owned;                     /* strings the spec allocated (flow texts, where) */
+    int n_owned, cap_owned;
+} spec;
+
+/* Reads and checks a spec file (HERR_IO when unreadable, HERR_CONFIG on any error). */
+int spec_load(spec **out, const char *path, hearth_err *err);
+/* Same, from text in memory; `file` names it in messages. */
+int spec_parse(spec **out, const char *file, const char *text, size_t len, hearth_err *err);
+void spec_free(spec *s);
+
+/* Whether `key` is a known dotted key of a point: a run-config key (leaf, model keys under
+ * "model.") or a scalar resources key.  Also fills a "did you mean" hint when not. */
+int spec_key_known(const char *key, char *hint, size_t hint_size);
+/* The type a known key's value has in expressions: number, bool or string (enums, strings,
+ * presets and lists, as their text); EXPR_V_NULL for an unknown key. */
+expr_vtype spec_key_type(const char *key);
+/* How the expression language sees a value: typed as `key`'s type (spec_key_type) when
+ * key is given and known, so that `1` of a string key is the string "1" as the config will
+ * hold it; else by the YAML core schema (null, bool, number, string).  Lists are their
+ * flow text; `auto` stays a string.  out->str points at `text`. */
+void spec_value_typed(const yaml_tree_node *n, const char *text, const char *key,
+                      expr_value *out);
+/* Whether `key` is a resources key (with the "resources." prefix). */
+int spec_key_is_resource(const char *key);
+
+/* Seconds of a Slurm time limit ("MM", "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM",
+ * "D-HH:MM:SS"); -1 when the text is not one or is zero.  `seconds` may be NULL. */
+int spec_time_seconds(const char *text, int64_t *seconds);
+
+/* Maps a 1-based column inside the `where` expression to a FILE line and column. */
+void spec_where_position(const spec *s, int expr_col, int *line, int *col);
+
+#endif

@@ -1,0 +1,884 @@
+/* sweep.c - the runner loop: reconcile, launch, poll, ingest, transition, retry.
+ * See sweep.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ingest.h"
+#include "render.h"
+#include "run_state.h"
+#include "runs_db.h"
+#include "sweep.h"
+
+/* A run whose job is in flight; its address is the backend's tag. */
+typedef struct {
+    char *run_id;
+    char *run_dir;
+    char script[4200];
+    rundir_job job;
+    char job_id[BACKEND_JOB_ID_MAX];
+} flight;
+
+typedef struct {
+    hearth_db *db;
+    backend *b;
+    const sweep_opts *o;
+    sweep_result *res;
+    hearth_err *err;
+    flight **fl;
+    size_t nfl, capfl;
+    char **queue;
+    size_t qn, qi;
+    int limit;
+    int need_reload;
+    double last_reload;
+    char *tmpl;
+    char tmpl_name[256];
+    char progress[256];
+    int line_open;            /* a \r progress line is on the terminal */
+} sweeper;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+long sweep_in_flight(const long c[])
+{
+    return c[RUN_PENDING] + c[RUN_SUBMITTED] + c[RUN_RUNNING] + c[RUN_REQUEUED];
+}
+
+/* ---- progress and messages ------------------------------------------------------------- */
+
+static void progress(sweeper *sw, int force)
+{
+    FILE *f = sw->o->progress;
+    if (!f)
+        return;
+    sweep_result *r = sw->res;
+    long failed = r->failed + r->timeout + r->cancelled;
+    long started = r->completed + failed + (long)sw->nfl;
+    long total = started + (long)(sw->qn - sw->qi);
+    if (total == 0 && !sw->progress[0])
+        return;   /* nothing to run: no "[0/0]" line */
+    char line[256];
+    snprintf(line, sizeof line, "[%ld/%ld] running %zu \xc2\xb7 done %ld \xc2\xb7 failed %ld",
+             started, total, sw->nfl, r->completed, failed);
+    if (!force && strcmp(line, sw->progress) == 0)
+        return;
+    snprintf(sw->progress, sizeof sw->progress, "%s", line);
+    if (sw->o->progress_tty) {
+        fprintf(f, "\r%s\033[K", line);
+        sw->line_open = 1;
+    } else {
+        fprintf(f, "%s\n", line);
+    }
+    fflush(f);
+}
+
+static void say(sweeper *sw, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(sweeper *sw, const char *fmt, ...)
+{
+    FILE *f = sw->o->progress;
+    if (!f)
+        return;
+    if (sw->line_open)
+        fprintf(f, "\r\033[K");
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(f, "hearth: ");
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fprintf(f, "\n");
+    sw->line_open = 0;
+    if (sw->o->progress_tty && sw->progress[0]) {
+        fprintf(f, "%s\033[K", sw->progress);
+        sw->line_open = 1;
+    }
+    fflush(f);
+}
+
+static void count_end(sweeper *sw, run_state s)
+{
+    switch (s) {
+    case RUN_COMPLETED: sw->res->completed++; break;
+    case RUN_TIMEOUT: sw->res->timeout++; break;
+    case RUN_CANCELLED: sw->res->cancelled++; break;
+    default: sw->res->failed++; break;
+    }
+}
+
+/* ---- state changes ----------------------------------------------------------------------- */
+
+/* Moves a run to `to`: 0 done, 1 when its current state no longer allows it (another
+ * process changed it: a cancel, another runner), or a negative herr_code. */
+static int move(sweeper *sw, const char *run_id, run_state to, const run_transition *t)
+{
+    hearth_err e;
+    int rc = runs_db_transition(sw->db, run_id, to, t, &e);
+    if (!rc)
+        return 0;
+    run_info ri;
+    memset(&ri, 0, sizeof ri);
+    hearth_err e2;
+    int g = runs_db_get(sw->db, run_id, &ri, &e2);
+    int stale = g == 1 && !run_state_can_transition(ri.state, to);
+    run_info_free(&ri);
+    if (stale)
+        return 1;
+    *sw->err = e;
+    return rc;
+}
+
+static void flight_free(flight *f)
+{
+    if (!f)
+        return;
+    free(f->run_id);
+    free(f->run_dir);
+    rundir_job_free(&f->job);
+    free(f);
+}
+
+static int flight_new(flight **out, const run_info *ri, hearth_err *err)
+{
+    flight *f = calloc(1, sizeof *f);
+    if (f) {
+        f->run_id = strdup(ri->run_id);
+        f->run_dir = ri->run_dir ? strdup(ri->run_dir) : NULL;
+    }
+    if (!f || !f->run_id || (ri->run_dir && !f->run_dir)) {
+        flight_free(f);
+        return herr_set(err, HERR_NOMEM, "out of memory");
+    }
+    if (f->run_dir)
+        rundir_path(f->script, sizeof f->script, f->run_dir, "job.sh", NULL);
+    *out = f;
+    return 0;
+}
+
+static void backend_job_of(const flight *f, backend_job *bj)
+{
+    bj->run_id = f->run_id;
+    bj->run_dir = f->run_dir;
+    bj->script = f->script;
+    bj->cpus_per_task = f->job.cpus_per_task;
+    bj->time_limit_s = f->job.time_limit_s;
+}
+
+static int flights_add(sweeper *sw, flight *f)
+{
+    if (sw->nfl == sw->capfl) {
+        size_t cap = sw->capfl ? 2 * sw->capfl : 16;
+        flight **g = realloc(sw->fl, cap * sizeof *g);
+        if (!g)
+            return herr_set(sw->err, HERR_NOMEM, "out of memory");
+        sw->fl = g;
+        sw->capfl = cap;
+    }
+    sw->fl[sw->nfl++] = f;
+    return 0;
+}
+
+static void flights_remove(sweeper *sw, flight *f)
+{
+    for (size_t i = 0; i < sw->nfl; i++)
+        if (sw->fl[i] == f) {
+            sw->fl[i] = sw->fl[--sw->nfl];
+            return;
+        }
+}
+
+/* A run that cannot even be started: failed with the reason. */
+static int fail_run(sweeper *sw, const char *run_id, const char *why)
+{
+    run_transition t = { .note = why };
+    int rc = move(sw, run_id, RUN_FAILED, &t);
+    if (rc < 0)
+        return rc;
+    if (rc == 0) {
+        count_end(sw, RUN_FAILED);
+        say(sw, "%s failed: %s", run_id, why);
+    }
+    return 0;
+}
+
+/* ---- replacement runs -------------------------------------------------------------------- */
+
+int sweep_load_template(const char *backend_name, char *name, size_t name_size, char **text,
+                        hearth_err *err)
+{
+    char file[128], path[4096];
+    snprintf(file, sizeof file, "%s.sh.tmpl", backend_name ? backend_name : "local");
+    int rc = render_find_template(file, path, sizeof path, err);
+    if (!rc)
+        rc = render_read_file(path, text, NULL, err);
+    if (!rc)
+        snprintf(name, name_size, "%s", path);
+    return rc;
+}
+
+/* Moves a directory that is in the way of a new run aside (a database that was deleted
+ * while its run directories stayed): never mix two runs' files. */
+static int move_aside(const char *dir, hearth_err *err)
+{
+    struct stat st;
+    if (lstat(dir, &st))
+        return 0;
+    char to[4300];
+    for (int i = 0; i < 1000; i++) {
+        snprintf(to, sizeof to, "%s.stale-%lld-%d", dir, (long long)time(NULL), i);
+        if (lstat(to, &st) && errno == ENOENT) {
+            if (rename(dir, to))
+                return herr_set(err, HERR_IO, "%s: %s", dir, strerror(errno));
+            return 0;
+        }
+    }
+    return herr_set(err, HERR_IO, "%s: cannot move the old directory aside", dir);
+}
+
+int sweep_create_run(hearth_db *db, const rundir_job *job, const char *config_json,
+                     const char *exp_dir, const char *tmpl_name, const char *tmpl,
+                     char **run_id, hearth_err *err)
+{
+    char *id = NULL, run_dir[4200];
+    rundir_job j = *job;
+    run_new r = { job->experiment, config_json, job->config_hash, NULL };
+    int rc = db_tx_begin(db, err);
+    if (rc)
+        return rc;
+    rc = runs_db_insert(db, &r, &id, NULL, err);
+    if (!rc && (size_t)snprintf(run_dir, sizeof run_dir, "%s/%s", exp_dir, id) >= sizeof run_dir)
+        rc = herr_set(err, HERR_IO, "%s/%s: path too long", exp_dir, id);
+    if (!rc)
+        rc = move_aside(run_dir, err);
+    if (!rc) {
+        j.run_id = id;
+        rc = rundir_write(run_dir, &j, config_json, tmpl_name, tmpl, err);
+    }
+    if (!rc)
+        rc = runs_db_set_run_dir(db, id, run_dir, err);
+    rc = db_tx_end(db, rc, err);
+    if (rc || !run_id)
+        free(id);
+    else
+        *run_id = id;
+    return rc;
+}
+
+/* A vanished run's point gets a new run, unless enough of its runs completed or are on
+ * their way. */
+static int replace_run(sweeper *sw, const char *run_id, const rundir_job *job)
+{
+    long completed = 0, active = 0;
+    int rc = runs_db_count_by_hash(sw->db, sw->o->experiment, job->config_hash, &completed,
+                                   &active, sw->err);
+    if (rc || completed + active >= job->repeat)
+        return rc;
+    run_info ri;
+    memset(&ri, 0, sizeof ri);
+    rc = runs_db_get(sw->db, run_id, &ri, sw->err);
+    if (rc <= 0 || !ri.config_json || !ri.run_dir) {
+        run_info_free(&ri);
+        return rc < 0 ? rc : 0;
+    }
+    if (!sw->tmpl)
+        rc = sweep_load_template(job->backend, sw->tmpl_name, sizeof sw->tmpl_name, &sw->tmpl,
+                                 sw->err);
+    char exp_dir[4200];
+    snprintf(exp_dir, sizeof exp_dir, "%s", ri.run_dir);
+    char *slash = strrchr(exp_dir, '/');
+    if (slash)
+        *slash = 0;
+    char *id = NULL;
+    if (!rc)
+        rc = sweep_create_run(sw->db, job, ri.config_json, exp_dir, sw->tmpl_name, sw->tmpl,
+                              &id, sw->err);
+    if (!rc) {
+        sw->res->replaced++;
+        say(sw, "%s: its point gets a new run, %s", run_id, id);
+    }
+    free(id);
+    run_info_free(&ri);
+    return rc;
+}
+
+/* ---- ending a run ------------------------------------------------------------------------ */
+
+/* Records how a job ended: ingest, then the state (or another attempt). */
+static int finish(sweeper *sw, flight *f, const backend_event *ev)
+{
+    ingest_summary sum;
+    memset(&sum, 0, sizeof sum);
+    hearth_err ierr;
+    int irc = ingest_run(sw->db, f->run_id, f->run_dir, &sum, &ierr);
+    run_info ri;
+    memset(&ri, 0, sizeof ri);
+    int rc = runs_db_get(sw->db, f->run_id, &ri, sw->err);
+    if (rc <= 0) {
+        run_info_free(&ri);
+        return rc < 0 ? rc : 0;
+    }
+    if (run_state_is_terminal(ri.state)) {   /* ended by someone else: `hearth cancel` */
+        count_end(sw, ri.state);
+        run_info_free(&ri);
+        return 0;
+    }
+    int code = ev->has_exit_code ? ev->exit_code : -1;
+    char note[1200];
+    run_state to;
+    switch (ev->how) {
+    case BACKEND_CANCELLED:
+        to = RUN_CANCELLED;
+        snprintf(note, sizeof note, "cancelled");
+        break;
+    case BACKEND_TIMEOUT:
+        to = RUN_TIMEOUT;
+        snprintf(note, sizeof note, "wall-time limit of %llds reached",
+                 (long long)f->job.time_limit_s);
+        break;
+    case BACKEND_VANISHED:
+        to = RUN_FAILED;
+        if (code >= 0)
+            snprintf(note, sizeof note, "job process vanished (status %d)", code);
+        else
+            snprintf(note, sizeof note, "job process vanished");
+        break;
+    default:
+        to = run_state_for_exit_code(code);
+        snprintf(note, sizeof note, "exit code %d", code);
+        if (to == RUN_COMPLETED && irc) {
+            to = RUN_FAILED;
+            snprintf(note, sizeof note, "exit code 0, but its outputs could not be recorded: "
+                     "%.1000s", ierr.msg);
+        }
+        break;
+    }
+    if (irc && to != RUN_COMPLETED)
+        say(sw, "%s: %s", f->run_id, ierr.msg);
+    run_transition t = { .has_exit_code = code >= 0, .exit_code = code, .note = note };
+    int retryable = (to == RUN_FAILED && code != 2) || to == RUN_REQUEUED;
+    if (retryable && ri.attempts < 1 + f->job.retries) {
+        char rnote[1300];
+        snprintf(rnote, sizeof rnote, "%s; attempt %d of %d, retrying", note, ri.attempts,
+                 1 + f->job.retries);
+        t.note = rnote;
+        rc = move(sw, f->run_id, RUN_REQUEUED, &t);
+        if (rc == 0) {
+            sw->res->retried++;
+            sw->need_reload = 1;
+            say(sw, "%s: %s", f->run_id, rnote);
+        }
+        run_info_free(&ri);
+        return rc < 0 ? rc : 0;
+    }
+    if (to == RUN_REQUEUED)
+        to = RUN_FAILED;   /* preempted with no retries left */
+    rc = move(sw, f->run_id, to, &t);
+    if (rc == 0) {
+        count_end(sw, to);
+        if (to == RUN_TIMEOUT)
+            say(sw, "%s timed out after %llds (%s/stderr.log)", f->run_id,
+                (long long)f->job.time_limit_s, f->run_dir);
+        else if (to == RUN_FAILED)
+            say(sw, "%s failed: %s (%s/stderr.log)", f->run_id, note, f->run_dir);
+    } else if (rc == 1) {
+        run_info now;
+        memset(&now, 0, sizeof now);
+        if (runs_db_get(sw->db, f->run_id, &now, sw->err) == 1)
+            count_end(sw, now.state);
+        run_info_free(&now);
+        rc = 0;
+    }
+    run_info_free(&ri);
+    return rc < 0 ? rc : 0;
+}
+
+/* ---- after: another experiment first ------------------------------------------------------ */
+
+enum { AFTER_GO = 0, AFTER_WAIT = 1, AFTER_FAILED = 2 };
+
+int sweep_points_missing(hearth_db *db, const char *exp, long *missing, long *runs,
+                         hearth_err *err)
+{
+    static const char sql[] =
+        "SELECT COUNT(*), COALESCE(SUM(n), 0) FROM (SELECT SUM(r.state = 'completed') AS done,"
+        " COUNT(*) AS n FROM runs r JOIN experiments e ON e.id = r.experiment_id"
+        " WHERE e.name = ?1 GROUP BY r.config_hash) WHERE done = 0";
+    static const char sql_runs[] =
+        "SELECT COUNT(*) FROM runs r JOIN experiments e ON e.id = r.experiment_id"
+        " WHERE e.name = ?1";
+    sqlite3_stmt *st;
+    *missing = *runs = 0;
+    int rc = db_prepare(db, sql, &st, err);
+    if (rc)
+        return rc;
+    sqlite3_bind_text(st, 1, exp, -1, SQLITE_TRANSIENT);
+    int step = sqlite3_step(st);
+    if (step == SQLITE_ROW)
+        *missing = sqlite3_column_int64(st, 0);
+    db_stmt_done(st);
+    if (step != SQLITE_ROW)
+        return db_fail(db, err, "counting points without a completed run");
+    if ((rc = db_prepare(db, sql_runs, &st, err)))
+        return rc;
+    sqlite3_bind_text(st, 1, exp, -1, SQLITE_TRANSIENT);
+    step = sqlite3_step(st);
+    if (step == SQLITE_ROW)
+        *runs = sqlite3_column_int64(st, 0);
+    db_stmt_done(st);
+    if (step != SQLITE_ROW)
+        return db_fail(db, err, "counting runs");
+    return 0;
+}
+
+static int after_check(sweeper *sw, const rundir_job *job, char *why, size_t size)
+{
+    int64_t id;
+    int rc = runs_db_experiment_find(sw->db, job->after_experiment, &id, sw->err);
+    if (rc < 0)
+        return rc;
+    if (rc == 0) {
+        snprintf(why, size, "after: experiment %s is not in the database",
+                 job->after_experiment);
+        return AFTER_FAILED;
+    }
+    long c[RUN_STATE_COUNT];
+    if ((rc = runs_db_state_counts(sw->db, job->after_experiment, c, sw->err)))
+        return rc;
+    if (sweep_in_flight(c) > 0)
+        return AFTER_WAIT;
+    if (job->after_any)
+        return AFTER_GO;
+    long missing = 0, runs = 0;
+    if ((rc = sweep_points_missing(sw->db, job->after_experiment, &missing, &runs, sw->err)))
+        return rc;
+    if (runs == 0 || missing > 0) {
+        snprintf(why, size, "after: experiment %s did not end ok (%ld of its points have no "
+                 "completed run)", job->after_experiment, runs ? missing : 0);
+        return AFTER_FAILED;
+    }
+    return AFTER_GO;
+}
+
+/* ---- starting a run ----------------------------------------------------------------------- */
+
+/* Launches one queued run: 0 (launched, or nothing to do for it), 1 (it must wait for
+ * another experiment: keep it queued), or a negative herr_code. */
+static int launch(sweeper *sw, const char *run_id)
+{
+    run_info ri;
+    memset(&ri, 0, sizeof ri);
+    int rc = runs_db_get(sw->db, run_id, &ri, sw->err);
+    if (rc <= 0 || (ri.state != RUN_PENDING && ri.state != RUN_REQUEUED)) {
+        run_info_free(&ri);
+        return rc < 0 ? rc : 0;
+    }
+    flight *f = NULL;
+    if ((rc = flight_new(&f, &ri, sw->err))) {
+        run_info_free(&ri);
+        return rc;
+    }
+    hearth_err jerr;
+    if (!f->run_dir) {
+        rc = fail_run(sw, run_id, "no run directory recorded");
+        goto done;
+    }
+    if (rundir_job_read(f->run_dir, &f->job, &jerr)) {
+        rc = fail_run(sw, run_id, jerr.msg);
+        goto done;
+    }
+    if (f->job.after_experiment) {
+        char why[512] = "";
+        int a = after_check(sw, &f->job, why, sizeof why);
+        if (a < 0 || a == AFTER_WAIT) {
+            rc = a < 0 ? a : 1;
+            goto done;
+        }
+        if (a == AFTER_FAILED) {
+            run_transition t = { .note = why };
+            if ((rc = move(sw, run_id, RUN_CANCELLED, &t)) == 0) {
+                count_end(sw, RUN_CANCELLED);
+                say(sw, "%s cancelled: %s", run_id, why);
+            }
+            rc = rc < 0 ? rc : 0;
+            goto done;
+        }
+    }
+    if (ri.state == RUN_REQUEUED && ri.attempts >= 1 &&
+        rundir_archive_attempt(f->run_dir, ri.attempts + 1,
+                               ri.has_exit_code && ri.exit_code == 75, &jerr)) {
+        rc = fail_run(sw, run_id, jerr.msg);
+        goto done;
+    }
+    run_transition t = { .backend = sw->b->ops->name, .note = ri.attempts ? "retry" : NULL };
+    if ((rc = move(sw, run_id, RUN_SUBMITTED, &t))) {
+        rc = rc < 0 ? rc : 0;
+        goto done;
+    }
+    backend_job bj;
+    backend_job_of(f, &bj);
+    if (sw->b->ops->submit(sw->b, &bj, f, f->job_id, &jerr)) {
+        rc = fail_run(sw, run_id, jerr.msg);
+        goto done;
+    }
+    if ((rc = flights_add(sw, f))) {
+        sw->b->ops->cancel(sw->b, &bj, f->job_id, NULL);
+        goto done;
+    }
+    flight *started = f;
+    f = NULL;   /* owned by the flight list now */
+    run_transition tr = { .job_id = started->job_id };
+    int m = move(sw, run_id, RUN_RUNNING, &tr);
+    if (m == 1) /* cancelled while it was being started: stop it again */
+        sw->b->ops->cancel(sw->b, &bj, started->job_id, NULL);
+    rc = m < 0 ? m : 0;
+done:
+    flight_free(f);
+    run_info_free(&ri);
+    return rc;
+}
+
+/* ---- reconciling what an earlier process left -------------------------------------------- */
+
+static int reconcile_one(sweeper *sw, const run_info *ri)
+{
+    if (ri->backend && strcmp(ri->backend, sw->b->ops->name) != 0)
+        return 0;   /* another backend's job */
+    if (!ri->run_dir)
+        return fail_run(sw, ri->run_id, "no run directory recorded");
+    flight *f = NULL;
+    hearth_err jerr;
+    int rc = flight_new(&f, ri, sw->err);
+    if (rc)
+        return rc;
+    if (rundir_job_read(f->run_dir, &f->job, &jerr)) {
+        flight_free(f);
+        return fail_run(sw, ri->run_id, jerr.msg);
+    }
+    backend_job bj;
+    backend_job_of(f, &bj);
+    int alive = sw->b->ops->track(sw->b, &bj, ri->backend_job_id, f, f->job_id, sw->err);
+    if (alive < 0) {
+        flight_free(f);
+        return alive;
+    }
+    if (alive) {
+        if ((rc = flights_add(sw, f))) {
+            flight_free(f);
+            return rc;
+        }
+        say(sw, "%s: its job (pid %s) is still running; waiting for it", ri->run_id, f->job_id);
+        if (ri->state == RUN_SUBMITTED) {
+            run_transition t = { .job_id = f->job_id };
+            rc = move(sw, ri->run_id, RUN_RUNNING, &t);
+        }
+        return rc < 0 ? rc : 0;
+    }
+    backend_event ev;
+    memset(&ev, 0, sizeof ev);
+    if (rundir_exit_code(f->run_dir, &ev.exit_code)) {
+        ev.how = BACKEND_EXITED;
+        ev.has_exit_code = 1;
+        rc = finish(sw, f, &ev);
+        flight_free(f);
+        return rc;
+    }
+    /* Neither alive nor finished: its job died with the machine or was killed outright. */
+    hearth_err ierr;
+    ingest_run(sw->db, ri->run_id, ri->run_dir, NULL, &ierr);
+    run_transition t = { .note = "job process vanished" };
+    rc = move(sw, ri->run_id, RUN_FAILED, &t);
+    if (rc == 0) {
+        sw->res->vanished++;
+        say(sw, "%s failed: job process vanished", ri->run_id);
+        rc = replace_run(sw, ri->run_id, &f->job);
+    }
+    flight_free(f);
+    return rc < 0 ? rc : 0;
+}
+
+static int reconcile(sweeper *sw)
+{
+    run_info *v = NULL;
+    size_t n = 0;
+    int rc = runs_db_list(sw->db, sw->o->experiment,
+                          (1u << RUN_SUBMITTED) | (1u << RUN_RUNNING), &v, &n, sw->err);
+    for (size_t i = 0; !rc && i < n; i++)
+        rc = reconcile_one(sw, &v[i]);
+    runs_db_list_free(v, n);
+    return rc;
+}
+
+/* ---- the queue ---------------------------------------------------------------------------- */
+
+static void queue_clear(sweeper *sw)
+{
+    for (size_t i = 0; i < sw->qn; i++)
+        free(sw->queue[i]);
+    free(sw->queue);
+    sw->queue = NULL;
+    sw->qn = sw->qi = 0;
+}
+
+static int queue_load(sweeper *sw)
+{
+    run_info *v = NULL;
+    size_t n = 0;
+    queue_clear(sw);
+    int rc = runs_db_list(sw->db, sw->o->experiment,
+                          (1u << RUN_PENDING) | (1u << RUN_REQUEUED), &v, &n, sw->err);
+    if (!rc && n) {
+        sw->queue = calloc(n, sizeof *sw->queue);
+        if (!sw->queue)
+            rc = herr_set(sw->err, HERR_NOMEM, "out of memory");
+        for (size_t i = 0; !rc && i < n; i++) {
+            if (!(sw->queue[i] = strdup(v[i].run_id)))
+                rc = herr_set(sw->err, HERR_NOMEM, "out of memory");
+            else
+                sw->qn++;
+        }
+    }
+    runs_db_list_free(v, n);
+    sw->need_reload = 0;
+    sw->last_reload = now_s();
+    return rc;
+}
+
+/* Jobs at once: the option, else CPUs / cpus_per_task of the first queued run, capped by
+ * its resources.max_concurrent. */
+static void choose_limit(sweeper *sw)
+{
+    rundir_job j;
+    int have = 0;
+    for (size_t i = sw->qi; i < sw->qn && !have; i++) {
+        run_info ri;
+        memset(&ri, 0, sizeof ri);
+        hearth_err e;
+        if (runs_db_get(sw->db, sw->queue[i], &ri, &e) == 1 && ri.run_dir &&
+            rundir_job_read(ri.run_dir, &j, &e) == 0)
+            have = 1;
+        run_info_free(&ri);
+    }
+    if (!have && sw->nfl) {
+        have = rundir_job_copy(&j, &sw->fl[0]->job, NULL) == 0;
+    }
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus < 1)
+        cpus = 1;
+    int limit = sw->o->jobs;
+    if (limit <= 0)
+        limit = (int)(cpus / (have && j.cpus_per_task > 0 ? j.cpus_per_task : 1));
+    if (have && j.max_concurrent > 0 && limit > j.max_concurrent)
+        limit = j.max_concurrent;
+    sw->limit = limit < 1 ? 1 : limit;
+    if (have)
+        rundir_job_free(&j);
+}
+
+int sweep_run(hearth_db *db, backend *b, const sweep_opts *o, sweep_result *res,
+              hearth_err *err)
+{
+    sweeper sw;
+    memset(&sw, 0, sizeof sw);
+    memset(res, 0, sizeof *res);
+    sw.db = db;
+    sw.b = b;
+    sw.o = o;
+    sw.res = res;
+    sw.err = err;
+    int rc = reconcile(&sw);
+    if (!rc)
+        rc = queue_load(&sw);
+    if (!rc)
+        choose_limit(&sw);
+    int stopping = 0, waiting_after = 0;
+    backend_event ev[32];
+    while (!rc) {
+        if (o->stop && *o->stop && !stopping) {
+            stopping = 1;
+            say(&sw, "stopping: cancelling %zu running job(s); pending runs stay pending",
+                sw.nfl);
+            for (size_t i = 0; i < sw.nfl; i++) {
+                backend_job bj;
+                backend_job_of(sw.fl[i], &bj);
+                b->ops->cancel(b, &bj, sw.fl[i]->job_id, NULL);
+            }
+        }
+        waiting_after = 0;
+        while (!stopping && !rc && sw.nfl < (size_t)sw.limit) {
+            if (sw.qi >= sw.qn && (sw.need_reload || now_s() - sw.last_reload >= 2.0)) {
+                if ((rc = queue_load(&sw)))
+                    break;
+            }
+            if (sw.qi >= sw.qn)
+                break;
+            int r = launch(&sw, sw.queue[sw.qi]);
+            if (r < 0)
+                rc = r;
+            else if (r == 1) {
+                waiting_after = 1;
+                break;
+            } else {
+                sw.qi++;
+            }
+        }
+        if (rc)
+            break;
+        progress(&sw, 0);
+        if (sw.nfl == 0) {
+            if (stopping)
+                break;
+            if (!waiting_after) {
+                if ((rc = queue_load(&sw)))
+                    break;
+                if (sw.qn == 0)
+                    break;
+                continue;
+            }
+        }
+        size_t n = 0;
+        if ((rc = b->ops->poll(b, waiting_after ? 500 : 200, ev, sizeof ev / sizeof ev[0],
+                               &n, err)))
+            break;
+        for (size_t i = 0; i < n && !rc; i++) {
+            flight *f = ev[i].tag;
+            flights_remove(&sw, f);
+            rc = finish(&sw, f, &ev[i]);
+            flight_free(f);
+        }
+    }
+    progress(&sw, 0);
+    if (o->progress && o->progress_tty && sw.line_open) {
+        fprintf(o->progress, "\n");
+        fflush(o->progress);
+    }
+    long c[RUN_STATE_COUNT];
+    hearth_err e2;
+    if (runs_db_state_counts(db, o->experiment, c, &e2) == 0)
+        res->pending = c[RUN_PENDING] + c[RUN_REQUEUED];
+    res->total = res->completed + res->failed + res->timeout + res->cancelled + res->vanished;
+    /* On an error, jobs still running are left alone: they keep their lock and a later
+     * `hearth resume` takes them over. */
+    for (size_t i = 0; i < sw.nfl; i++)
+        flight_free(sw.fl[i]);
+    free(sw.fl);
+    queue_clear(&sw);
+    free(sw.tmpl);
+    return rc;
+}
+
+/* ---- where an experiment's runs live, and its runner lock --------------------------------- */
+
+int sweep_experiment_dir(hearth_db *db, const char *experiment, const char *runs_dir,
+                         char *buf, size_t size, hearth_err *err)
+{
+    run_info *v = NULL;
+    size_t n = 0;
+    int rc = runs_db_list(db, experiment, 0, &v, &n, err);
+    if (rc)
+        return rc;
+    int found = 0;
+    for (size_t i = 0; i < n && !found; i++) {
+        if (!v[i].run_dir)
+            continue;
+        const char *slash = strrchr(v[i].run_dir, '/');
+        if (slash && slash != v[i].run_dir) {
+            snprintf(buf, size, "%.*s", (int)(slash - v[i].run_dir), v[i].run_dir);
+            found = 1;
+        }
+    }
+    runs_db_list_free(v, n);
+    if (!found && (size_t)snprintf(buf, size, "%s/%s", runs_dir, experiment) >= size)
+        return herr_set(err, HERR_IO, "%s/%s: path too long", runs_dir, experiment);
+    return 0;
+}
+
+static pid_t read_pid(int fd)
+{
+    char buf[32];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    return (pid_t)atoi(buf);
+}
+
+int sweep_lock_acquire(const char *exp_dir, int wait, FILE *msg, int *fd, pid_t *holder,
+                       hearth_err *err)
+{
+    char path[4200];
+    int rc = rundir_mkdirs(exp_dir, err);
+    if (!rc)
+        rc = rundir_path(path, sizeof path, exp_dir, "runner.lock", err);
+    if (rc)
+        return rc;
+    int lfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lfd < 0)
+        return herr_set(err, HERR_IO, "%s: %s", path, strerror(errno));
+    int said = 0;
+    while (flock(lfd, LOCK_EX | LOCK_NB)) {
+        if (errno != EWOULDBLOCK && errno != EINTR) {
+            int e = errno;
+            close(lfd);
+            return herr_set(err, HERR_IO, "%s: flock: %s", path, strerror(e));
+        }
+        pid_t other = read_pid(lfd);
+        if (holder)
+            *holder = other;
+        if (!wait) {
+            close(lfd);
+            return 1;
+        }
+        if (msg && !said) {
+            fprintf(msg, "hearth: another runner (pid %d) is working on this experiment; "
+                    "waiting for it to finish\n", (int)other);
+            fflush(msg);
+            said = 1;
+        }
+        struct timespec ts = { 0, 200 * 1000000L };
+        nanosleep(&ts, NULL);
+    }
+    char line[32];
+    int len = snprintf(line, sizeof line, "%d\n", (int)getpid());
+    if (ftruncate(lfd, 0) || pwrite(lfd, line, (size_t)len, 0) != len) {
+        /* the pid is only informational */
+    }
+    *fd = lfd;
+    return 0;
+}
+
+void sweep_lock_release(int fd)
+{
+    if (fd >= 0)
+        close(fd);
+}
+
+int sweep_lock_held(const char *exp_dir, pid_t *pid)
+{
+    char path[4200];
+    if (rundir_path(path, sizeof path, exp_dir, "runner.lock", NULL))
+        return 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    int held = 0;
+    if (flock(fd, LOCK_SH | LOCK_NB)) {
+        held = errno == EWOULDBLOCK;
+        if (held && pid)
+            *pid = read_pid(fd);
+    } else {
+        flock(fd, LOCK_UN);
+    }
+    close(fd);
+    return held;
+}

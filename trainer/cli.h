@@ -1,0 +1,30 @@
+/* cli.h - hearth-train's command line.
+ *
+ *   hearth-train --config FILE --out DIR [--set KEY=VALUE]...
+ *   hearth-train --set model=tiny-vlm --out DIR          (no file: overrides only)
+ *   hearth-train --help | --version
+ *
+ * Options also take the --opt=VALUE form.  Usage errors are HERR_CONFIG (exit 2). */
+#ifndef HEARTH_CLI_H
+#define HEARTH_CLI_H
+
+#include <stdio.h>
+
+#include "shape/err.h"
+#include "shape/run_config.h"
+
+typedef struct {
+    const char *config;        /* borrowed from argv; NULL = overrides only */
+    const char *out_dir;       /* borrowed from argv */
+    config_override *ovr;      /* [n_ovr]; keys and values point into ovr_text */
+    int n_ovr;
+    char **ovr_text;           /* [n_ovr] malloc'd copies "KEY\0VALUE" */
+    int help, version;
+} cli_args;
+
+/* Parses argv; on success the caller frees with cli_args_free (also after an error). */
+int cli_parse(cli_args *a, int argc, char **argv, hearth_err *err);
+void cli_args_free(cli_args *a);
+void cli_usage(FILE *f);
+
+#endif

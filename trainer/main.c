@@ -1,0 +1,32 @@
+/* hearth-train: trains a vision-language model from a run config (see cli.h, run.h). */
+#include <stdio.h>
+
+#include "cli.h"
+#include "run.h"
+#include "version.h"
+
+int main(int argc, char **argv)
+{
+    cli_args a;
+    hearth_err err = { { 0 } };
+    int rc = cli_parse(&a, argc, argv, &err);
+    if (rc) {
+        fprintf(stderr, "hearth-train: %s\n", err.msg);
+        fprintf(stderr, "Try 'hearth-train --help'.\n");
+        cli_args_free(&a);
+        return RUN_EXIT_USAGE;
+    }
+    if (a.help) {
+        cli_usage(stdout);
+        cli_args_free(&a);
+        return RUN_EXIT_DONE;
+    }
+    if (a.version) {
+        printf("%s\n", version_line());
+        cli_args_free(&a);
+        return RUN_EXIT_DONE;
+    }
+    rc = run_main(&a);
+    cli_args_free(&a);
+    return rc;
+}

@@ -1,0 +1,341 @@
+/* block.c - one pre-norm transformer block, forward and backward, and a stack of them.
+ *
+ * The same code serves the ViT encoder and the decoder; a stack_cfg (derived from the
+ * stack_shape) and the per-call stack_ctx (sequence boundaries, RoPE tables) say what
+ * differs.  One block:
+ *
+ *   h1  = norm1(x)
+ *   qkv = h1 Wqkv^T (+ b)             rows of Wqkv: q heads, then k heads, then v heads
+ *   q,k = qk_norm(q), qk_norm(k)      (Qwen3; RMSNorm over head_dim, one weight per stack)
+ *   q,k = rope(q), rope(k)            (tables from the context; none for learned positions)
+ *   att = attention(q, k, v)          varlen over ctx->cu (or ctx->cu_full), GQA, causal?
+ *   x1  = x + att Wproj^T (+ b)
+ *   h2  = norm2(x1)
+ *   out = x1 + mlp(h2)                swiglu: down(silu(gate) * up); gelu: fc2(gelu(fc1));
+ *                                     or the MoE MLP (moe.c)
+ *
+ * Backward keeps one residual-gradient buffer (sc.dres) and adds each branch's input
+ * gradient into it through the norms' backward (which accumulate), so the residual
+ * additions cost nothing. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/internal.h"
+
+void norm_forward(norm_kind kind, float *out, float *mean, float *rstd, const float *inp,
+                  const float *w, const float *b, int N, int C, float eps)
+{
+    if (kind == NORM_LAYERNORM)
+        kcpu_layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps);
+    else
+        kcpu_rmsnorm_forward(out, rstd, inp, w, N, C, eps);
+}
+
+void norm_backward(norm_kind kind, float *dinp, float *dw, float *db, const float *dout,
+                   const float *inp, const float *w, const float *mean, const float *rstd,
+                   int N, int C)
+{
+    if (kind == NORM_LAYERNORM)
+        kcpu_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    else
+        kcpu_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
+}
+
+static void zero(float *x, size_t n)
+{
+    if (n)
+        memset(x, 0, n * sizeof *x);
+}
+
+void stack_cfg_init(stack_cfg *c, const stack_shape *s, int causal, int E, int K, int Fm,
+                    int Fs)
+{
+    memset(c, 0, sizeof *c);
+    c->s = s;
+    c->H = s->hidden;
+    c->Hq = s->heads;
+    c->Hkv = s->kv_heads;
+    c->D = s->head_dim;
+    c->QD = c->Hq * c->D;
+    c->KD = c->Hkv * c->D;
+    c->QKV = c->QD + 2 * c->KD;
+    c->F = s->ffn;
+    c->Fu = s->mlp == MLP_SWIGLU ? 2 * s->ffn : s->ffn;
+    c->E = E;
+    c->K = K;
+    c->Fm = Fm;
+    c->Fs = Fs;
+    c->rope = s->pos == POS_ROPE || s->pos == POS_MROPE || s->pos == POS_ROPE2D;
+    c->causal = causal;
+    c->gelu = s->gelu == GELU_ERF ? KGELU_ERF : KGELU_TANH;
+}
+
+int stack_init(stack *st, const stack_cfg *c, int layers, hearth_err *err)
+{
+    memset(st, 0, sizeof *st);
+    st->c = *c;
+    st->L = layers;
+    st->layers = calloc(layers > 0 ? (size_t)layers : 1, sizeof *st->layers);
+    st->xs = calloc((size_t)layers + 1, sizeof *st->xs);
+    if (!st->layers || !st->xs)
+        return herr_set(err, HERR_NOMEM, "model: out of memory for %d layers", layers);
+    return 0;
+}
+
+void stack_free(stack *st)
+{
+    if (!st)
+        return;
+    free(st->layers);
+    free(st->xs);
+    free(st->fbuf);
+    free(st->ibuf);
+    memset(st, 0, sizeof *st);
+}
+
+/* Carves every activation and scratch buffer for N tokens (see farena). */
+static void stack_take(stack *st, farena *fa, iarena *ia, int N)
+{
+    const stack_cfg *c = &st->c;
+    size_t n = (size_t)N;
+    int qkn = c->s->qk_norm;
+    int any_moe = 0, any_dense = 0;
+
+    for (int l = 0; l <= st->L; l++)
+        st->xs[l] = fa_take(fa, n * c->H);
+    for (int l = 0; l < st->L; l++) {
+        block *b = &st->layers[l];
+        b->h1 = fa_take(fa, n * c->H);
+        b->mean1 = fa_take(fa, n);
+        b->rstd1 = fa_take(fa, n);
+        b->qr = qkn ? fa_take(fa, n * c->QD) : NULL;
+        b->kr = qkn ? fa_take(fa, n * c->KD) : NULL;
+        b->qrs = qkn ? fa_take(fa, n * c->Hq) : NULL;
+        b->krs = qkn ? fa_take(fa, n * c->Hkv) : NULL;
+        b->q = fa_take(fa, n * c->QD);
+        b->k = fa_take(fa, n * c->KD);
+        b->v = fa_take(fa, n * c->KD);
+        b->att = fa_take(fa, n * c->QD);
+        b->lse = fa_take(fa, n * c->Hq);
+        b->x1 = fa_take(fa, n * c->H);
+        b->h2 = fa_take(fa, n * c->H);
+        b->mean2 = fa_take(fa, n);
+        b->rstd2 = fa_take(fa, n);
+        if (b->moe) {
+            moe_take(c, b, fa, ia, N);
+            any_moe = 1;
+        } else {
+            b->u = fa_take(fa, n * c->Fu);
+            b->a = fa_take(fa, n * c->F);
+            any_dense = 1;
+        }
+    }
+
+    stack_scratch *sc = &st->sc;
+    memset(sc, 0, sizeof *sc);
+    sc->qkv = fa_take(fa, n * c->QKV);
+    sc->tmp = fa_take(fa, n * c->H);
+    sc->dq = fa_take(fa, n * c->QD);
+    sc->dk = fa_take(fa, n * c->KD);
+    sc->dv = fa_take(fa, n * c->KD);
+    sc->dqr = qkn ? fa_take(fa, n * c->QD) : NULL;
+    sc->dkr = qkn ? fa_take(fa, n * c->KD) : NULL;
+    sc->datt = fa_take(fa, n * c->QD);
+    /* du/da serve the dense MLP and the MoE shared expert. */
+    size_t wu = 0, wa = 0;
+    if (any_dense) {
+        wu = (size_t)c->Fu;
+        wa = (size_t)c->F;
+    }
+    if (any_moe && c->Fs > 0) {
+        if ((size_t)2 * c->Fs > wu)
+            wu = (size_t)2 * c->Fs;
+        if ((size_t)c->Fs > wa)
+            wa = (size_t)c->Fs;
+    }
+    sc->du = fa_take(fa, n * wu);
+    sc->da = fa_take(fa, n * wa);
+    if (any_moe)
+        moe_take_scratch(c, sc, fa, N);
+    sc->dres = fa_take(fa, n * c->H);
+}
+
+int stack_reserve(stack *st, int N, hearth_err *err)
+{
+    if (N <= st->cap && st->fbuf)
+        return 0;
+    farena fa = { NULL, 0 };
+    iarena ia = { NULL, 0 };
+    stack_take(st, &fa, &ia, N);
+    free(st->fbuf);
+    free(st->ibuf);
+    st->fbuf = calloc(fa.used ? fa.used : 1, sizeof(float));
+    st->ibuf = calloc(ia.used ? ia.used : 1, sizeof(int));
+    if (!st->fbuf || !st->ibuf) {
+        free(st->fbuf);
+        free(st->ibuf);
+        st->fbuf = NULL;
+        st->ibuf = NULL;
+        st->cap = 0;
+        return herr_set(err, HERR_NOMEM, "model: out of memory for activations of %d "
+                        "tokens (%zu floats)", N, fa.used);
+    }
+    fa.base = st->fbuf;
+    fa.used = 0;
+    ia.base = st->ibuf;
+    ia.used = 0;
+    stack_take(st, &fa, &ia, N);
+    st->cap = N;
+    return 0;
+}
+
+/* ---- forward ------------------------------------------------------------------------ */
+
+static void attn_forward(const stack_cfg *c, block *b, stack_scratch *sc, const float *x,
+                         const stack_ctx *ctx)
+{
+    const stack_shape *s = c->s;
+    const block_params *p = &b->p;
+    int N = ctx->N;
+    norm_forward(s->norm, b->h1, b->mean1, b->rstd1, x, p->attn_norm_w, p->attn_norm_b, N,
+                 c->H, s->norm_eps);
+    kcpu_matmul_forward(sc->qkv, b->h1, p->qkv_w, p->qkv_b, N, c->H, c->QKV);
+
+    /* Split the fused rows into the contiguous [N, heads, D] arrays attention reads. */
+    float *qd = s->qk_norm ? b->qr : b->q;
+    float *kd = s->qk_norm ? b->kr : b->k;
+    for (int n = 0; n < N; n++) {
+        const float *row = sc->qkv + (size_t)n * c->QKV;
+        memcpy(qd + (size_t)n * c->QD, row, (size_t)c->QD * sizeof(float));
+        memcpy(kd + (size_t)n * c->KD, row + c->QD, (size_t)c->KD * sizeof(float));
+        memcpy(b->v + (size_t)n * c->KD, row + c->QD + c->KD, (size_t)c->KD * sizeof(float));
+    }
+    if (s->qk_norm) {
+        kcpu_rmsnorm_forward(b->q, b->qrs, b->qr, p->q_norm_w, N * c->Hq, c->D, s->norm_eps);
+        kcpu_rmsnorm_forward(b->k, b->krs, b->kr, p->k_norm_w, N * c->Hkv, c->D, s->norm_eps);
+    }
+    if (c->rope) {
+        kcpu_rope_forward(b->q, ctx->cos, ctx->sin, N, c->Hq, c->D);
+        kcpu_rope_forward(b->k, ctx->cos, ctx->sin, N, c->Hkv, c->D);
+    }
+    const int *cu = b->full_attn ? ctx->cu_full : ctx->cu;
+    int nseq = b->full_attn ? ctx->nseq_full : ctx->nseq;
+    kcpu_attention_forward(b->att, b->lse, b->q, b->k, b->v, cu, nseq, c->Hq, c->Hkv, c->D,
+                           c->causal);
+    kcpu_matmul_forward(sc->tmp, b->att, p->proj_w, p->proj_b, N, c->QD, c->H);
+    kcpu_add(b->x1, x, sc->tmp, (size_t)N * c->H);
+}
+
+static double mlp_forward(const stack_cfg *c, block *b, stack_scratch *sc, float *out, int N)
+{
+    const stack_shape *s = c->s;
+    const block_params *p = &b->p;
+    double aux = 0;
+    norm_forward(s->norm, b->h2, b->mean2, b->rstd2, b->x1, p->mlp_norm_w, p->mlp_norm_b, N,
+                 c->H, s->norm_eps);
+    if (b->moe) {
+        aux = moe_forward(c, b, sc, sc->tmp, N);
+    } else {
+        kcpu_matmul_forward(b->u, b->h2, p->fc1_w, p->fc1_b, N, c->H, c->Fu);
+        if (s->mlp == MLP_SWIGLU)
+            kcpu_swiglu_forward(b->a, b->u, N, c->F);
+        else
+            kcpu_gelu_forward(b->a, b->u, (size_t)N * c->F, c->gelu);
+        kcpu_matmul_forward(sc->tmp, b->a, p->fc2_w, p->fc2_b, N, c->F, c->H);
+    }
+    kcpu_add(out, b->x1, sc->tmp, (size_t)N * c->H);
+    return aux;
+}
+
+double stack_forward(stack *st, const stack_ctx *ctx)
+{
+    double aux = 0;
+    for (int l = 0; l < st->L; l++) {
+        block *b = &st->layers[l];
+        attn_forward(&st->c, b, &st->sc, st->xs[l], ctx);
+        b->aux = mlp_forward(&st->c, b, &st->sc, st->xs[l + 1], ctx->N);
+        aux += b->aux;
+    }
+    return aux;
+}
+
+/* ---- backward ----------------------------------------------------------------------- */
+
+static void mlp_backward(const stack_cfg *c, block *b, stack_scratch *sc, int N,
+                         float aux_scale)
+{
+    const stack_shape *s = c->s;
+    const block_params *p = &b->p, *g = &b->g;
+    float *dh = sc->tmp;
+    zero(dh, (size_t)N * c->H);
+    if (b->moe) {
+        moe_backward(c, b, sc, sc->dres, dh, N, aux_scale);
+    } else {
+        zero(sc->da, (size_t)N * c->F);
+        kcpu_matmul_backward(sc->da, g->fc2_w, g->fc2_b, sc->dres, b->a, p->fc2_w, N, c->F,
+                             c->H);
+        zero(sc->du, (size_t)N * c->Fu);
+        if (s->mlp == MLP_SWIGLU)
+            kcpu_swiglu_backward(sc->du, sc->da, b->u, N, c->F);
+        else
+            kcpu_gelu_backward(sc->du, sc->da, b->u, (size_t)N * c->F, c->gelu);
+        kcpu_matmul_backward(dh, g->fc1_w, g->fc1_b, sc->du, b->h2, p->fc1_w, N, c->H, c->Fu);
+    }
+    norm_backward(s->norm, sc->dres, g->mlp_norm_w, g->mlp_norm_b, dh, b->x1, p->mlp_norm_w,
+                  b->mean2, b->rstd2, N, c->H);
+}
+
+static void attn_backward(const stack_cfg *c, block *b, stack_scratch *sc, const float *x,
+                          const stack_ctx *ctx)
+{
+    const stack_shape *s = c->s;
+    const block_params *p = &b->p, *g = &b->g;
+    int N = ctx->N;
+    size_t nq = (size_t)N * c->QD, nk = (size_t)N * c->KD;
+
+    zero(sc->datt, nq);
+    kcpu_matmul_backward(sc->datt, g->proj_w, g->proj_b, sc->dres, b->att, p->proj_w, N,
+                         c->QD, c->H);
+    zero(sc->dq, nq);
+    zero(sc->dk, nk);
+    zero(sc->dv, nk);
+    const int *cu = b->full_attn ? ctx->cu_full : ctx->cu;
+    int nseq = b->full_attn ? ctx->nseq_full : ctx->nseq;
+    kcpu_attention_backward(sc->dq, sc->dk, sc->dv, sc->datt, b->q, b->k, b->v, b->att,
+                            b->lse, cu, nseq, c->Hq, c->Hkv, c->D, c->causal);
+    if (c->rope) {
+        kcpu_rope_backward(sc->dq, ctx->cos, ctx->sin, N, c->Hq, c->D);
+        kcpu_rope_backward(sc->dk, ctx->cos, ctx->sin, N, c->Hkv, c->D);
+    }
+    const float *dqd = sc->dq, *dkd = sc->dk;
+    if (s->qk_norm) {
+        zero(sc->dqr, nq);
+        zero(sc->dkr, nk);
+        kcpu_rmsnorm_backward(sc->dqr, g->q_norm_w, sc->dq, b->qr, p->q_norm_w, b->qrs,
+                              N * c->Hq, c->D);
+        kcpu_rmsnorm_backward(sc->dkr, g->k_norm_w, sc->dk, b->kr, p->k_norm_w, b->krs,
+                              N * c->Hkv, c->D);
+        dqd = sc->dqr;
+        dkd = sc->dkr;
+    }
+    for (int n = 0; n < N; n++) {
+        float *row = sc->qkv + (size_t)n * c->QKV;
+        memcpy(row, dqd + (size_t)n * c->QD, (size_t)c->QD * sizeof(float));
+        memcpy(row + c->QD, dkd + (size_t)n * c->KD, (size_t)c->KD * sizeof(float));
+        memcpy(row + c->QD + c->KD, sc->dv + (size_t)n * c->KD, (size_t)c->KD * sizeof(float));
+    }
+    float *dh = sc->tmp;
+    zero(dh, (size_t)N * c->H);
+    kcpu_matmul_backward(dh, g->qkv_w, g->qkv_b, sc->qkv, b->h1, p->qkv_w, N, c->H, c->QKV);
+    norm_backward(s->norm, sc->dres, g->attn_norm_w, g->attn_norm_b, dh, x, p->attn_norm_w,
+                  b->mean1, b->rstd1, N, c->H);
+}
+
+void stack_backward(stack *st, const stack_ctx *ctx, float aux_scale)
+{
+    for (int l = st->L - 1; l >= 0; l--) {
+        block *b = &st->layers[l];
+        mlp_backward(&st->c, b, &st->sc, ctx->N, aux_scale);
+        attn_backward(&st->c, b, &st->sc, st->xs[l], ctx);
+    }
+}

@@ -1,0 +1,266 @@
+/* internal.h - the model's internal structures, shared by the files of trainer/model/.
+ *
+ * Not part of the model API (model.h); tests may include it to reach the pieces that are
+ * worth testing on their own (the ViT window index).
+ *
+ * Layout of the work:
+ *   model.c      lifecycle, parameter table, initialisation, forward/backward driver
+ *   block.c      one transformer block (encoder and decoder alike) and a stack of them
+ *   moe.c        the mixture-of-experts MLP of a block
+ *   encoder.c    ViT: patch embedding, window reordering, 2-D RoPE, the encoder stack
+ *   projector.c  patch merger
+ *   decoder.c    embedding, image fill, positions, decoder stack, final norm, head, loss
+ *   positions.c  mRoPE positions, the ViT window index
+ */
+#ifndef HEARTH_MODEL_INTERNAL_H
+#define HEARTH_MODEL_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels.h"
+#include "model/model.h"
+
+/* ---- bump allocation of activation buffers ------------------------------------------
+ * Buffers are carved from one allocation in two passes: a sizing pass with base == NULL
+ * (every take returns NULL and only counts), then the real pass.  Each take is rounded up
+ * to 16 elements (64-byte alignment of every buffer for float and int). */
+typedef struct {
+    float *base;
+    size_t used;
+} farena;
+typedef struct {
+    int *base;
+    size_t used;
+} iarena;
+
+static inline float *fa_take(farena *a, size_t n)
+{
+    float *p = a->base ? a->base + a->used : NULL;
+    a->used += (n + 15) & ~(size_t)15;
+    return p;
+}
+static inline int *ia_take(iarena *a, size_t n)
+{
+    int *p = a->base ? a->base + a->used : NULL;
+    a->used += (n + 15) & ~(size_t)15;
+    return p;
+}
+
+/* ---- one transformer block --------------------------------------------------------- */
+
+/* Parameters of one block.  The same struct holds pointers into the parameter array
+ * and, separately, into the gradient array (all NULL there when the component is
+ * frozen).  A NULL member is a tensor the shape does not have. */
+typedef struct {
+    float *attn_norm_w, *attn_norm_b;
+    float *qkv_w, *qkv_b;           /* [(Hq + 2 Hkv) D, H]: q rows, then k, then v */
+    float *q_norm_w, *k_norm_w;     /* [D] (qk_norm) */
+    float *proj_w, *proj_b;         /* [H, Hq D] */
+    float *mlp_norm_w, *mlp_norm_b;
+    float *fc1_w, *fc1_b;           /* dense: gate_up [2F, H] (swiglu) or fc1 [F, H] (gelu) */
+    float *fc2_w, *fc2_b;           /* dense: down/fc2 [H, F] */
+    float *router_w;                /* MoE: [E, H] */
+    float *exp_fc1_w;               /* MoE: [E][2 Fm, H] gate|up per expert */
+    float *exp_fc2_w;               /* MoE: [E][H, Fm] */
+    float *sh_fc1_w, *sh_fc2_w;     /* MoE shared expert: [2 Fs, H], [H, Fs] */
+} block_params;
+
+/* What a stack of blocks needs to know, derived once from its stack_shape. */
+typedef struct {
+    const stack_shape *s;
+    int H, Hq, Hkv, D;
+    int QD, KD, QKV;        /* Hq D, Hkv D, QD + 2 KD */
+    int F, Fu;              /* dense MLP width; width of its first linear (2F or F) */
+    int E, K, Fm, Fs;       /* MoE: experts, top_k, expert width, shared width */
+    int rope;               /* rotate q and k with the context's tables */
+    int causal;
+    kgelu_kind gelu;
+} stack_cfg;
+
+/* One block's parameters and saved activations (forward -> backward). */
+typedef struct {
+    int moe;                /* this layer's MLP is the MoE one */
+    int full_attn;          /* attends over ctx->cu_full rather than ctx->cu */
+    block_params p, g;
+    /* attention half */
+    float *h1, *mean1, *rstd1;      /* pre-norm output and its statistics */
+    float *qr, *kr, *qrs, *krs;     /* qk_norm: q, k before the norm, norm rstd */
+    float *q, *k, *v;               /* attention inputs (after qk_norm and RoPE) */
+    float *att, *lse;               /* attention output [N, Hq D] and log-sum-exp */
+    float *x1;                      /* residual stream after attention */
+    /* MLP half */
+    float *h2, *mean2, *rstd2;
+    float *u, *a;                   /* dense: first linear output, activation output */
+    float *logits, *probs, *topk_w; /* MoE router [N,E], [N,E], [N,K] */
+    int *topk_idx, *offsets, *row_src, *slot_row;
+    float *xp, *ue, *ae, *ye;       /* MoE expert rows: input, gate|up, act, output */
+    float *us, *as;                 /* MoE shared expert: gate|up, act */
+    const int *pin;                 /* MoE: pinned top-k experts [N, K], or NULL */
+    double aux;                     /* MoE load-balancing loss of the last forward */
+} block;
+
+/* Backward scratch shared by the blocks of a stack (sized for the largest layer). */
+typedef struct {
+    float *qkv;             /* forward: qkv linear output; backward: its gradient */
+    float *tmp;             /* [N, H]: linear outputs before the residual add; dh */
+    float *dq, *dk, *dv, *dqr, *dkr, *datt;
+    float *du, *da;         /* dense / shared-expert MLP gradients */
+    float *dye, *dae, *due, *dxp, *dtopk, *dlogits;   /* MoE */
+    float *shared_out;      /* MoE: [N, H] shared-expert output before it is added */
+    float *dres;            /* [N, H]: gradient of the residual stream */
+} stack_scratch;
+
+typedef struct {
+    stack_cfg c;
+    int L;
+    block *layers;          /* [L] */
+    float **xs;             /* [L + 1]: xs[l] is layer l's input, xs[L] the stack output */
+    stack_scratch sc;
+    int cap;                /* tokens the buffers are sized for */
+    float *fbuf;
+    int *ibuf;
+} stack;
+
+/* Per-call context: sequences and RoPE tables for this batch. */
+typedef struct {
+    int N;                          /* tokens */
+    const float *cos, *sin;         /* [N, D/2] when the stack uses RoPE */
+    const int *cu;                  /* [nseq + 1] sequence boundaries of ordinary layers */
+    int nseq;
+    const int *cu_full;             /* [nseq_full + 1] for layers with full_attn set */
+    int nseq_full;
+} stack_ctx;
+
+/* Fills the derived sizes.  moe_* are 0 for a dense stack. */
+void stack_cfg_init(stack_cfg *c, const stack_shape *s, int causal, int E, int K, int Fm,
+                    int Fs);
+/* Allocates the layer array (parameters are attached by the caller). */
+int stack_init(stack *st, const stack_cfg *c, int layers, hearth_err *err);
+void stack_free(stack *st);
+/* Makes the activation buffers hold N tokens (grows, never shrinks). */
+int stack_reserve(stack *st, int N, hearth_err *err);
+/* Forward over st->xs[0] (written by the caller) into st->xs[L]; returns the sum of the
+ * MoE layers' load-balancing losses. */
+double stack_forward(stack *st, const stack_ctx *ctx);
+/* Backward: st->sc.dres holds d(loss)/d(xs[L]) on entry and d(loss)/d(xs[0]) on exit.
+ * Parameter gradients go where the blocks' g pointers say (none when NULL). */
+void stack_backward(stack *st, const stack_ctx *ctx, float aux_scale);
+
+/* The MoE MLP of one block on h = blk->h2: out [N, H] (overwritten); returns aux. */
+double moe_forward(const stack_cfg *c, block *blk, stack_scratch *sc, float *out, int N);
+/* dout [N, H] -> dh [N, H] (accumulated), parameter gradients into blk->g. */
+void moe_backward(const stack_cfg *c, block *blk, stack_scratch *sc, const float *dout,
+                  float *dh, int N, float aux_scale);
+/* Floats/ints the MoE layer and its scratch take for N tokens (sizing, see block.c). */
+void moe_take(const stack_cfg *c, block *blk, farena *fa, iarena *ia, int N);
+void moe_take_scratch(const stack_cfg *c, stack_scratch *sc, farena *fa, int N);
+
+/* Normalisation of a stack or the projector: rmsnorm (mean unused) or layernorm. */
+void norm_forward(norm_kind kind, float *out, float *mean, float *rstd, const float *inp,
+                  const float *w, const float *b, int N, int C, float eps);
+void norm_backward(norm_kind kind, float *dinp, float *dw, float *db, const float *dout,
+                   const float *inp, const float *w, const float *mean, const float *rstd,
+                   int N, int C);
+
+/* ---- ViT window index (Qwen2.5-VL get_window_index) ----------------------------------
+ * Merge units (spatial_merge^2 patches that become one decoder token) of every image and
+ * every temporal frame are cut into windows of ws x ws units anchored at the frame's top
+ * left (the last row/column of windows is smaller when the grid is not divisible),
+ * windows in row-major order, units inside a window in row-major order.
+ *   win_idx[n_units]: win_idx[u] = the unit (global index in the original, per-image
+ *                     (t, h/merge, w/merge) order) placed at window-order position u;
+ *   cu_win[n_windows + 1]: window boundaries in patches (n_units * merge^2 total).
+ * ws <= 0 means no windows: identity order, one window per frame.
+ * Returns n_windows; the arrays must hold n_units and n_units + 1 entries.  Grids must be
+ * positive with h and w divisible by merge (checked by the caller). */
+int vit_window_index(int *win_idx, int *cu_win, const int *grid_thw, int n_images,
+                     int merge, int ws);
+/* Frame boundaries in patches: cu[n_frames + 1], frames = sum of grid_t; returns it. */
+int vit_frame_seqlens(int *cu, const int *grid_thw, int n_images);
+
+/* ---- components ---------------------------------------------------------------------- */
+
+typedef struct {
+    int present;
+    const encoder_shape *sh;
+    stack st;
+    float *patch_w, *patch_gw;      /* [hidden, patch_dim] */
+    int patch_dim;
+    int ws;                         /* window side in merge units (0: none) */
+    /* per-batch state, grown on demand */
+    int cap_patches, cap_images;
+    int n_patches, n_units, n_images, n_frames, n_windows;
+    float *pix;                     /* [P, patch_dim] pixels in window order */
+    float *cos, *sin;               /* [P, D/2] */
+    int *pos_hw, *unit_rc, *win_idx, *cu_win, *cu_frame;
+    stack_ctx ctx;                  /* of the last forward, for the backward */
+} encoder_part;
+
+typedef struct {
+    int present;
+    const projector_shape *sh;
+    int in, hidden, out, merge2;
+    float *norm_w, *norm_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+    float *norm_gw, *norm_gb, *fc1_gw, *fc1_gb, *fc2_gw, *fc2_gb;
+    int cap_units;
+    float *hn, *mean, *rstd;        /* [P, in], [P], [P] */
+    float *f1, *g1, *y;             /* [U, hidden], [U, hidden], [U, out] (window order) */
+    float *dy, *dg1, *df1, *dhn;
+    float *fbuf;
+} projector_part;
+
+typedef struct {
+    const decoder_shape *sh;
+    stack st;
+    float *embed_w, *embed_gw;      /* [vocab, H] */
+    float *pos_w, *pos_gw;          /* learned: [max_positions, H] */
+    float *norm_w, *norm_b, *norm_gw, *norm_gb;
+    float *head_w, *head_gw;        /* the embedding when tied */
+    int cap_tokens, cap_chunk;
+    int n_tokens;                   /* of the last forward */
+    stack_ctx ctx;
+    int *ids, *cu, *pos3, *pos1, *trow, *tchunk;
+    float *cos, *sin;               /* [N, D/2] */
+    float *hf, *meanf, *rstdf;      /* final norm output and statistics */
+    float *dhf;                     /* [N, H] */
+    float *hc, *logits, *dlogits, *dhc, *losses, *dlosses;   /* head chunk buffers */
+    float *fbuf;
+    int *ibuf;
+} decoder_part;
+
+struct model {
+    model_shape shape;
+    size_t n_params;
+    float *params, *grads;
+    model_tensor *tensors;
+    int n_tensors, cap_tensors;
+    encoder_part enc;
+    projector_part proj;
+    decoder_part dec;
+    float *img_feat, *dimg_feat;    /* [U, decoder H]: projector output, original order */
+    int cap_img_units;
+    int *pin_route;                 /* model_pin_routing: expert indices, or NULL */
+    size_t n_pin;
+};
+
+/* Encoder + projector forward from the batch's pixels into m->img_feat (m->enc.n_units
+ * rows, original image order); backward from m->dimg_feat.  The encoder backward is
+ * skipped when it is frozen (the projector still trains). */
+int encoder_forward(model *m, const vlm_batch *b, hearth_err *err);
+void encoder_backward(model *m);
+/* Projector on x [U * merge^2, in / merge^2] (encoder output, window order): y_orig
+ * [U, out] in the original unit order (row win_idx[u] gets window unit u).  The backward
+ * takes dy_orig in the original order, accumulates parameter gradients and, when dx is
+ * not NULL, overwrites dx [U * merge^2, in / merge^2] with the input gradient. */
+int projector_reserve(projector_part *pj, int n_units, hearth_err *err);
+void projector_forward(projector_part *pj, const float *x, float *y_orig, const int *win_idx,
+                       int n_units);
+void projector_backward(projector_part *pj, const float *x, const float *dy_orig,
+                        float *dx, const int *win_idx, int n_units);
+/* Decoder forward (and, when train, the loss backward through the whole decoder into
+ * the embeddings and m->dimg_feat). */
+int decoder_run(model *m, const vlm_batch *b, int train, float loss_scale, float aux_scale,
+                int need_dimg, model_stats *st, hearth_err *err);
+
+#endif

@@ -1,0 +1,191 @@
+#include "train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "data_synth.h"
+#include "kernels.h"
+#include "schedule.h"
+
+struct trainer {
+    model *m;
+    synth_params data;
+    lr_schedule sched;
+    int global_batch, micro_batch, n_micro;
+    double weight_decay, grad_clip;
+    float aux_coef;
+    float *adam_m, *adam_v;          /* [param count], zero at start */
+    synth_batch *micro;              /* [n_micro], refilled every step */
+    int step;                        /* steps completed */
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+int train_nonfinite(double x)
+{
+    return isnan(x) || isinf(x);
+}
+
+int trainer_create(trainer **out, const run_config *cfg, hearth_err *err)
+{
+    *out = NULL;
+    int mb = cfg->train.micro_batch, gb = cfg->train.global_batch;
+    if (mb < 1 || gb < 1 || gb % mb)
+        return herr_set(err, HERR_CONFIG, "train.global_batch: must be a positive multiple "
+                        "of train.micro_batch (%d), got %d", mb, gb);
+    if (cfg->train.steps < 0)
+        return herr_set(err, HERR_CONFIG, "train.steps: must be >= 0, got %d",
+                        cfg->train.steps);
+    trainer *t = calloc(1, sizeof *t);
+    if (!t)
+        return herr_set(err, HERR_NOMEM, "trainer: out of memory");
+    int rc = synth_params_from_config(&t->data, cfg, err);
+    if (rc) {
+        free(t);
+        return rc;
+    }
+    t->sched = (lr_schedule){ .lr = cfg->train.lr, .min_lr = cfg->train.min_lr,
+                              .warmup = cfg->train.warmup, .steps = cfg->train.steps };
+    t->global_batch = gb;
+    t->micro_batch = mb;
+    t->n_micro = gb / mb;
+    t->weight_decay = cfg->train.weight_decay;
+    t->grad_clip = cfg->train.grad_clip;
+    t->aux_coef = cfg->model.decoder.moe_experts > 0 ? cfg->model.decoder.moe_aux_coef : 0.0f;
+    if ((rc = model_create(&t->m, &cfg->model, cfg->train.seed, err))) {
+        herr_prefix(err, rc, "model");
+        trainer_free(t);
+        return rc;
+    }
+    size_t n = model_param_count(t->m);
+    t->adam_m = calloc(n ? n : 1, sizeof(float));
+    t->adam_v = calloc(n ? n : 1, sizeof(float));
+    t->micro = calloc((size_t)t->n_micro, sizeof *t->micro);
+    if (!t->adam_m || !t->adam_v || !t->micro) {
+        trainer_free(t);
+        return herr_set(err, HERR_NOMEM, "optimizer state: out of memory (%zu parameters)", n);
+    }
+    *out = t;
+    return 0;
+}
+
+void trainer_free(trainer *t)
+{
+    if (!t)
+        return;
+    if (t->micro)
+        for (int i = 0; i < t->n_micro; i++)
+            synth_batch_free(&t->micro[i]);
+    free(t->micro);
+    free(t->adam_m);
+    free(t->adam_v);
+    model_free(t->m);
+    free(t);
+}
+
+int trainer_steps_done(const trainer *t)
+{
+    return t->step;
+}
+
+model *trainer_model(trainer *t)
+{
+    return t->m;
+}
+
+/* Global L2 norm over the gradients of the tensors that train, summed in tensor order
+ * (each kcpu_sumsq is itself order-fixed), so the norm is reproducible bit for bit. */
+static double grad_norm(model *m)
+{
+    const float *g = model_grads(m);
+    double ss = 0.0;
+    for (int i = 0; i < model_tensor_count(m); i++) {
+        const model_tensor *tt = model_tensor_at(m, i);
+        if (!tt->frozen)
+            ss += kcpu_sumsq(g + tt->offset, tt->numel);
+    }
+    return sqrt(ss);
+}
+
+static void optimizer_update(trainer *t, float lr, float clip)
+{
+    model *m = t->m;
+    float *p = model_params(m), *g = model_grads(m);
+    for (int i = 0; i < model_tensor_count(m); i++) {
+        const model_tensor *tt = model_tensor_at(m, i);
+        if (tt->frozen)
+            continue;
+        if (clip != 1.0f)
+            kcpu_scale(g + tt->offset, tt->numel, clip);
+        kcpu_adamw_update(p + tt->offset, g + tt->offset, t->adam_m + tt->offset,
+                          t->adam_v + tt->offset, tt->numel, lr, TRAIN_ADAM_BETA1,
+                          TRAIN_ADAM_BETA2, TRAIN_ADAM_EPS,
+                          tt->decay ? (float)t->weight_decay : 0.0f, t->step);
+    }
+}
+
+int trainer_step(trainer *t, train_step_stats *st, hearth_err *err)
+{
+    double t0 = now_ms();
+    memset(st, 0, sizeof *st);
+    st->step = t->step + 1;
+    st->lr = schedule_lr(&t->sched, st->step);
+    st->tokens = (long)t->global_batch * t->data.seq_len;
+
+    /* All micro batches first: the loss scale needs the step's target count. */
+    uint64_t first = (uint64_t)(st->step - 1) * (uint64_t)t->global_batch;
+    for (int k = 0; k < t->n_micro; k++) {
+        int rc = synth_fill(&t->micro[k], &t->data, first + (uint64_t)k * t->micro_batch,
+                            t->micro_batch, err);
+        if (rc)
+            return rc;
+        st->target_tokens += t->micro[k].n_targets;
+        st->patches += (long)t->micro[k].n_patches;
+        st->images += t->micro[k].n_images;
+        for (int i = 0; i < t->micro[k].n_images; i++) {
+            const int *g = t->micro[k].grid_thw + 3 * i;
+            double n = (double)g[0] * g[1] * g[2];
+            st->patches_sq += n * n;
+        }
+    }
+    float loss_scale = st->target_tokens > 0 ? 1.0f / (float)st->target_tokens : 0.0f;
+    float aux_scale = t->aux_coef / (float)t->n_micro;
+
+    model_zero_grad(t->m);
+    double loss_sum = 0.0, aux_sum = 0.0;
+    for (int k = 0; k < t->n_micro; k++) {
+        vlm_batch b = synth_view(&t->micro[k]);
+        model_stats ms;
+        memset(&ms, 0, sizeof ms);
+        int rc = model_forward_backward(t->m, &b, loss_scale, aux_scale, &ms, err);
+        if (rc)
+            return herr_prefix(err, rc, "micro batch %d", k);
+        if (ms.n_targets != t->micro[k].n_targets)
+            return herr_set(err, HERR_RUNTIME, "step %d, micro batch %d: the model counted "
+                            "%d target tokens, the data has %ld", st->step, k, ms.n_targets,
+                            t->micro[k].n_targets);
+        loss_sum += ms.loss_sum;
+        aux_sum += ms.aux_loss;
+        st->encoder_ms += ms.encoder_ms;
+        st->decoder_ms += ms.decoder_ms;
+    }
+    st->loss = st->target_tokens > 0 ? loss_sum / (double)st->target_tokens : 0.0;
+    st->aux_loss = aux_sum / t->n_micro;
+    st->grad_norm = grad_norm(t->m);
+    if (train_nonfinite(st->loss) || train_nonfinite(st->grad_norm)) {
+        st->step_ms = now_ms() - t0;
+        return TRAIN_DIVERGED;
+    }
+    float clip = kcpu_clip_factor(st->grad_norm, (float)t->grad_clip);
+    t->step++;
+    optimizer_update(t, (float)st->lr, clip);
+    st->step_ms = now_ms() - t0;
+    return 0;
+}

@@ -1,0 +1,69 @@
+/* train.h - the training step on one rank: data, forward/backward with micro-batch
+ * accumulation, global-norm clipping, AdamW with the warmup+cosine schedule.
+ *
+ * Step s (from 1) trains on samples (s-1)*global_batch .. s*global_batch - 1 of the
+ * synthetic set, in global_batch/micro_batch micro batches of micro_batch sequences.
+ * Gradients of the step are those of
+ *     (sum of token cross-entropies over the step's target tokens) / (target tokens)
+ *   + moe_aux_coef * (mean over micro batches of the MoE load-balancing loss),
+ * i.e. loss_scale = 1/targets and aux_scale = moe_aux_coef/micro_batches per micro batch.
+ *
+ * Optimizer (document of record): AdamW, beta1 0.9, beta2 0.95, eps 1e-8, bias-corrected
+ * with the step counted from 1; weight decay train.weight_decay only on tensors marked
+ * `decay` (matrices, embeddings), none on norms and biases; frozen tensors are never
+ * touched and take no part in the gradient norm.  Gradients are clipped to global L2
+ * norm train.grad_clip (0 = no clipping) before the update.
+ *
+ * Ownership: trainer_create copies what it needs from the config; trainer_free frees
+ * everything, the model included. */
+#ifndef HEARTH_TRAIN_H
+#define HEARTH_TRAIN_H
+
+#include <stdint.h>
+
+#include "model/model.h"
+#include "shape/err.h"
+#include "shape/run_config.h"
+
+#define TRAIN_ADAM_BETA1 0.9f
+#define TRAIN_ADAM_BETA2 0.95f
+#define TRAIN_ADAM_EPS 1e-8f
+
+/* trainer_step's return value when the loss (or the gradient norm) is NaN or infinite:
+ * the step's update was NOT applied.  Not an error: the run ends as "diverged". */
+#define TRAIN_DIVERGED 1
+
+typedef struct {
+    int step;              /* from 1 */
+    double loss;           /* mean cross-entropy over the step's target tokens */
+    double aux_loss;       /* mean over micro batches of the MoE balancing loss (unscaled) */
+    double grad_norm;      /* global L2 norm before clipping */
+    double lr;             /* learning rate used by this step */
+    double step_ms;        /* wall time of the whole step (data included) */
+    double encoder_ms, decoder_ms;
+    long tokens;           /* decoder tokens: global_batch * seq_len */
+    long target_tokens;
+    long patches;          /* image patches encoded */
+    double patches_sq;     /* sum over images of patches^2 (full-attention cost) */
+    int images;
+} train_step_stats;
+
+typedef struct trainer trainer;
+
+/* Validates what the trainer itself needs (HERR_CONFIG: batch sizes, data parameters),
+ * creates the model from train.seed and the optimizer state. */
+int trainer_create(trainer **out, const run_config *cfg, hearth_err *err);
+void trainer_free(trainer *t);
+
+/* Runs the next step (steps count from 1).  Returns 0, TRAIN_DIVERGED, or a negative
+ * herr code.  st is filled in every case but errors. */
+int trainer_step(trainer *t, train_step_stats *st, hearth_err *err);
+
+/* The number of steps completed so far. */
+int trainer_steps_done(const trainer *t);
+model *trainer_model(trainer *t);
+
+/* Nonzero when x is NaN or infinite. */
+int train_nonfinite(double x);
+
+#endif

@@ -64,7 +64,7 @@ ALL += $(LIB_CUDA)
 endif
 endif
 
-.PHONY: all test test-unit test-san bench deps clean cuda
+.PHONY: FORCE all test test-unit test-san bench deps clean cuda
 all: $(ALL)
 
 $(BUILD)/obj/%.o: %.c
@@ -104,6 +104,21 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(call obj,$(TEST_SUPPORT_SRC)) $(
 $(BUILD)/bench/%: $(BUILD)/obj/contrib/bench/%.o $(call obj,$(TEST_SUPPORT_SRC)) $(TEST_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ $(ORCH_LDLIBS)
+
+# `git describe` baked into version.o; the stamp file only changes when the description
+# does, so an unchanged tree does not relink.
+GIT_DESCRIBE := $(shell git describe --always --dirty 2>/dev/null)
+$(BUILD)/version.stamp: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(GIT_DESCRIBE)' | cmp -s - $@ || echo '$(GIT_DESCRIBE)' > $@
+$(BUILD)/obj/trainer/version.o: $(BUILD)/version.stamp
+$(BUILD)/obj/trainer/version.o: CFLAGS += -DHEARTH_GIT_DESCRIBE='"$(GIT_DESCRIBE)"'
+FORCE:
+
+# The schema is compiled into hearth: db/migrations/*.sql -> orchestrator/db_migrations.c
+# (checked in; test_orch_db fails when the two differ).
+orchestrator/db_migrations.c: db/gen_migrations.sh $(wildcard db/migrations/*.sql)
+	db/gen_migrations.sh db/migrations > $@.tmp && mv $@.tmp $@
 
 cuda: $(if $(CUDA_SRC),$(LIB_CUDA))
 

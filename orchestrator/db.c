@@ -205,7 +205,9 @@ void db_close(hearth_db *db)
             sqlite3_exec(db->s, "ROLLBACK", NULL, NULL, NULL);
         for (size_t i = 0; i < db->n_stmts; i++)
             sqlite3_finalize(db->stmts[i].st);
-        /* Keeps planner statistics fresh; the limit bounds the work on large tables. */
+        /* Keeps planner statistics fresh; the limit bounds the work on large tables, and
+         * no waiting: while another process writes, a reader's exit must not block. */
+        sqlite3_busy_timeout(db->s, 0);
         sqlite3_exec(db->s, "PRAGMA analysis_limit = 1000; PRAGMA optimize", NULL, NULL, NULL);
         sqlite3_close(db->s);
     }

@@ -141,6 +141,8 @@ static int bind_object(ingest_ctx *c, sqlite3_stmt *st, const db_field_table *t,
         const char *bad = bind_field(st, first + (int)idx, f, v, &frees[idx]);
         if (bad) {
             json_decref(extra);
+            if (strcmp(bad, "out of memory") == 0)
+                return herr_set(c->err, HERR_NOMEM, "out of memory");
             return herr_set(c->err, HERR_CONFIG, "%s: %s: %s, got %s", where, key, bad,
                             json_type_name(v));
         }

@@ -104,6 +104,7 @@ struct qsql {
     int order_set;
     int order_first_desc;
     int res_inner;          /* join results as an inner join */
+    long probe_cap;         /* PROBE_CAP unless a test changed it */
     unsigned char key_inner[QSQL_MAX_KEYS];
     qbind *binds;
     size_t n_binds, cap_binds;
@@ -121,8 +122,10 @@ struct qsql {
 qsql *qsql_new(hearth_db *db)
 {
     qsql *q = calloc(1, sizeof *q);
-    if (q)
+    if (q) {
         q->db = db;
+        q->probe_cap = PROBE_CAP;
+    }
     return q;
 }
 
@@ -781,6 +784,11 @@ void qsql_limit(qsql *q, long limit)
     q->limit = limit;
 }
 
+void qsql_probe_cap(qsql *q, long cap)
+{
+    q->probe_cap = cap < 0 ? 0 : cap;
+}
+
 /* ---- the statement ---------------------------------------------------------------------- */
 
 /* ---- planning ------------------------------------------------------------------------------
@@ -968,7 +976,7 @@ static int plan(qsql *q, qplan *p, hearth_err *err)
     long best = -1;
     /* Each probe only needs to count up to the best so far. */
     for (size_t i = 0; i < n; i++) {
-        int rc = probe(q, &cands[i], best < 0 ? PROBE_CAP : cands[best].count, err);
+        int rc = probe(q, &cands[i], best < 0 ? q->probe_cap : cands[best].count, err);
         if (rc)
             return rc;
         if (best < 0 || cands[i].count < cands[best].count)
@@ -978,7 +986,7 @@ static int plan(qsql *q, qplan *p, hearth_err *err)
      * filter already needs a result row (an inner join), so that the walk loses no run. */
     int walk_order = q->order_set && q->order_first.field && q->order_first.field->indexed &&
                      q->order_first_desc && q->limit > 0 && q->res_inner;
-    if (best >= 0 && cands[best].count < PROBE_CAP) {
+    if (best >= 0 && cands[best].count < q->probe_cap) {
         for (size_t i = 0; i < n; i++)
             if ((long)i != best && cands[i].leaf)
                 p->noindex[p->n_noindex++] = cands[i].leaf;

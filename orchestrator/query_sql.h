@@ -7,6 +7,10 @@
  * Write `run.NAME`, `result.NAME` or `config.KEY` to choose when a bare name is both a
  * field and a config key (e.g. `device`); a bare ambiguous name is an error.
  *
+ * The query's shape (which table drives it) is chosen from counts of matching index
+ * entries, since SQLite alone cannot tell a 1% filter from a 25% one; the rows are the same
+ * whatever the shape.
+ *
  * Semantics follow expr.h: comparisons with a missing value (null) are false, `not` of a
  * false-or-null condition is true, `/` is real division.  Where the language would stop
  * with a type error that only the data reveals (a config key holding numbers in some runs
@@ -45,6 +49,10 @@ int qsql_order(qsql *q, const char *spec, const char *what, hearth_err *err);
  * descending / ascending. */
 int qsql_order_best(qsql *q, const char *spec, const char *what, hearth_err *err);
 void qsql_limit(qsql *q, long limit);
+/* The planner's probe limit (see plan() in query_sql.c): a conjunct matching fewer index
+ * entries than this drives the query.  Tests set small values to reach every plan with
+ * little data; the default suits large databases. */
+void qsql_probe_cap(qsql *q, long cap);
 
 /* Prepares the statement (the caller finalizes it).  Column 0 is runs.id; the output
  * columns follow and are read with qsql_cells. */
@@ -57,7 +65,8 @@ void qsql_cells(const qsql *q, sqlite3_stmt *st, report_cell *cells);
  * qsql_prepare. */
 const char *qsql_text(const qsql *q);
 
-/* Whether `name` resolves to a config key; fills the key without its "config." prefix. */
+/* Resolves `name` as a filter, column or order would: 1 when it is a config key, 0 when
+ * a run or result field, or HERR_CONFIG when unknown or ambiguous (message in err). */
 int qsql_is_config_key(qsql *q, const char *name, hearth_err *err);
 
 #endif

@@ -782,22 +782,27 @@ int sweep_run(hearth_db *db, backend *b, const sweep_opts *o, sweep_result *res,
 int sweep_experiment_dir(hearth_db *db, const char *experiment, const char *runs_dir,
                          char *buf, size_t size, hearth_err *err)
 {
-    run_info *v = NULL;
-    size_t n = 0;
-    int rc = runs_db_list(db, experiment, 0, &v, &n, err);
+    /* The first run with a directory: reads one row, however large the experiment. */
+    static const char sql[] =
+        "SELECT r.run_dir FROM runs r JOIN experiments e ON e.id = r.experiment_id"
+        " WHERE e.name = ?1 AND r.run_dir IS NOT NULL ORDER BY r.id LIMIT 1";
+    sqlite3_stmt *st;
+    int rc = db_prepare(db, sql, &st, err);
     if (rc)
         return rc;
-    int found = 0;
-    for (size_t i = 0; i < n && !found; i++) {
-        if (!v[i].run_dir)
-            continue;
-        const char *slash = strrchr(v[i].run_dir, '/');
-        if (slash && slash != v[i].run_dir) {
-            snprintf(buf, size, "%.*s", (int)(slash - v[i].run_dir), v[i].run_dir);
+    sqlite3_bind_text(st, 1, experiment, -1, SQLITE_TRANSIENT);
+    int step = sqlite3_step(st), found = 0;
+    if (step == SQLITE_ROW) {
+        const char *dir = (const char *)sqlite3_column_text(st, 0);
+        const char *slash = dir ? strrchr(dir, '/') : NULL;
+        if (slash && slash != dir) {
+            snprintf(buf, size, "%.*s", (int)(slash - dir), dir);
             found = 1;
         }
     }
-    runs_db_list_free(v, n);
+    db_stmt_done(st);
+    if (step != SQLITE_ROW && step != SQLITE_DONE)
+        return db_fail(db, err, "finding the experiment's run directory");
     if (!found && (size_t)snprintf(buf, size, "%s/%s", runs_dir, experiment) >= size)
         return herr_set(err, HERR_IO, "%s/%s: path too long", runs_dir, experiment);
     return 0;

@@ -33,12 +33,15 @@ TINY_BASE='base:
   data: {images_min: 1, images_max: 1, image_px_min: 16, image_px_max: 16}'
 
 # A trainer that records each invocation (config hash and run id) in $T/invocations.log,
-# can be slowed down ($T/slow holds seconds), made to fail ($T/fail holds an exit code) or
-# to fail the first attempt of each run only ($T/fail_once), then runs hearth-train.
+# can be held back while $T/hold exists (RUN_DIR/.held says it is), slowed down ($T/slow holds seconds), made to fail
+# ($T/fail holds an exit code) or to fail the first attempt of each run only
+# ($T/fail_once), then runs hearth-train.
 make_trainer() {
     cat >"$T/trainer.sh" <<EOF
 #!/bin/bash
 echo "\$HEARTH_CONFIG_HASH \$HEARTH_RUN_ID" >>"$T/invocations.log"
+[ -f "$T/hold" ] && : >"\$HEARTH_RUN_DIR/.held"
+while [ -f "$T/hold" ]; do sleep 0.1; done
 [ -f "$T/slow" ] && sleep "\$(cat "$T/slow")"
 [ -f "$T/fail" ] && exit "\$(cat "$T/fail")"
 if [ -f "$T/fail_once" ] && [ ! -e "\$HEARTH_RUN_DIR/.failed_once" ]; then

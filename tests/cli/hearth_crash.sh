@@ -23,11 +23,13 @@ $TINY_BASE
 matrix:
   train.seed: [1, 2, 3, 4, 5, 6]
 EOF
-echo 2 >slow
+echo 0.3 >slow
 "$HEARTH_ABS" --db "$T/h.db" submit c.yaml --jobs 2 >kill1.out 2>kill1.err &
 pid=$!
-# Kill it once a run has completed and two jobs are running.
-wait_for 30 bash -c "[ \"\$(sqlite3 '$T/h.db' \"select count(*) from runs where state = 'completed'\")\" -ge 1 ] && [ \"\$(sqlite3 '$T/h.db' \"select count(*) from runs where state = 'running'\")\" -ge 2 ]"
+# Once a run has completed, hold the jobs back; kill the runner while two of them run.
+wait_for 30 bash -c "[ \"\$(sqlite3 '$T/h.db' \"select count(*) from runs where state = 'completed'\")\" -ge 1 ]"
+: >hold
+wait_for 30 bash -c "[ \$(ls runs/crash/*/.held 2>/dev/null | wc -l) -ge 2 ]"
 kill -9 "$pid"
 wait "$pid" 2>/dev/null
 before=$(state_count crash completed)
@@ -38,7 +40,13 @@ tap_check "submit killed mid-sweep: some runs completed, some running, some pend
 run_h orphan wait crash
 tap_check "wait with runs in flight but no runner: exit 1, says so" bash -c "[ \"\$(cat '$T/orphan.rc')\" = 1 ] && grep -q 'no runner' '$T/orphan.err'"
 
-run_h again submit c.yaml --jobs 2
+# Submit again while the old jobs still run; let them go once it has found them.
+"$HEARTH_ABS" --db "$T/h.db" submit c.yaml --jobs 2 >again.out 2>again.err &
+pid=$!
+wait_for 30 grep -q 'still running; waiting for it' again.err
+rm -f hold
+wait "$pid"
+echo $? >again.rc
 again_ok() {
     rc_is again 0 || return 1
     [ "$(state_count crash completed)" = 6 ] || { sql "select run_id, state from runs"; return 1; }
@@ -53,6 +61,7 @@ once_ok() {
 }
 tap_check "no point ran twice (trainer invocations, attempts)" once_ok
 tap_check "live jobs of the killed runner were waited for, not rerun" grep -q 'still running; waiting for it' "$T/again.err"
+rm -f slow
 
 # ---- a job that vanished: failed, and its point gets a new run ----
 cat >v.yaml <<EOF
@@ -62,7 +71,7 @@ $TINY_BASE
 matrix:
   train.seed: [11, 12]
 EOF
-echo 3 >slow
+: >hold
 "$HEARTH_ABS" --db "$T/h.db" submit v.yaml --jobs 2 >kill2.out 2>kill2.err &
 pid=$!
 wait_for 30 bash -c "[ \"\$(sqlite3 '$T/h.db' \"select count(*) from runs r join experiments e on e.id = r.experiment_id where e.name = 'vanish' and r.state = 'running'\")\" = 2 ]"
@@ -71,7 +80,7 @@ wait "$pid" 2>/dev/null
 jpid=$(cut -d' ' -f1 runs/vanish/vanish-1/job.lock)
 kill -9 -- "-$jpid"
 wait_for 10 flock -n runs/vanish/vanish-1/job.lock true
-rm -f slow
+rm -f hold
 run_h resume resume vanish
 vanish_ok() {
     rc_is resume 0 || return 1

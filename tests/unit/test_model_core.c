@@ -347,6 +347,38 @@ static void test_routing_snapshot(void **state)
         assert_true(r[i] >= 0 && r[i] < sh.decoder.moe_experts);
     for (size_t i = 0; i < n; i += 2)
         assert_true(r[i] != r[i + 1]);
+
+    /* pinning the routing it chose changes nothing */
+    hearth_err err;
+    model_stats sp;
+    if (model_pin_routing(m, r, n, &err) || model_forward(m, &tb.b, &sp, &err))
+        fail_msg("%s", err.msg);
+    assert_true(sp.loss_sum == st.loss_sum);
+    TU_ASSERT_LE(fabs(sp.aux_loss - st.aux_loss), 1e-6 * st.aux_loss, &rng, "pinned aux");
+    /* another routing is used as given: every token to experts (0, 1) */
+    int *q = tu_ialloc(n), *got = tu_ialloc(n);
+    for (size_t i = 0; i < n; i++)
+        q[i] = (int)(i % 2);
+    if (model_pin_routing(m, q, n, &err) || model_forward(m, &tb.b, &sp, &err))
+        fail_msg("%s", err.msg);
+    model_last_routing(m, got, n);
+    assert_memory_equal(got, q, n * sizeof(int));
+    assert_true(sp.loss_sum != st.loss_sum);
+    /* a batch of another size, an expert out of range */
+    tm_batch small;
+    static const int g1[] = { 1, 2, 2 };
+    static const int s1[] = { 0 };
+    tm_make_batch(&small, &sh, &rng, 1, 8, 1, g1, s1);
+    assert_true(model_forward(m, &small.b, &sp, &err) < 0);
+    q[3] = sh.decoder.moe_experts;
+    assert_true(model_pin_routing(m, q, n, &err) < 0);
+    /* unpinned again */
+    if (model_pin_routing(m, NULL, 0, &err) || model_forward(m, &tb.b, &sp, &err))
+        fail_msg("%s", err.msg);
+    assert_true(sp.loss_sum == st.loss_sum);
+    tm_free_batch(&small);
+    free(q);
+    free(got);
     free(r);
     model_free(m);
     tm_free_batch(&tb);

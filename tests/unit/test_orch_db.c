@@ -609,20 +609,30 @@ static void test_rollback_is_atomic(void **state)
     }
     assert_int_equal(sql_int(f->db, "SELECT count(*) FROM run_config_kv"), n);
     assert_int_equal(sql_int(f->db, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
-    /* A nested failure rolls back only the inner part. */
+    /* A nested failure dooms the whole transaction: even an outer "commit" rolls back,
+     * so nothing partial is ever recorded. */
+    long long before = sql_int(f->db, "SELECT count(*) FROM runs");
     CHECK(db_tx_begin(f->db, &err), f);
     char hash[65];
     random_hash(&f->rng, hash);
     run_new ok = {"rb", "{\"outer\":1}", hash, NULL};
     CHECK(runs_db_insert(f->db, &ok, NULL, NULL, &err), f);
+    run_new bad = {"rb", "{\"inner\":1}", "not-a-hash", NULL};
+    assert_int_equal(runs_db_insert(f->db, &bad, NULL, NULL, &err), HERR_CONFIG);
+    run_new ok2 = {"rb", "{\"inner\":2}", hash, NULL};
+    CHECK(runs_db_insert(f->db, &ok2, NULL, NULL, &err), f);
+    /* a failure inside a nested level */
     CHECK(db_tx_begin(f->db, &err), f);
-    run_new inner = {"rb", "{\"inner\":1}", hash, NULL};
-    CHECK(runs_db_insert(f->db, &inner, NULL, NULL, &err), f);
-    assert_int_equal(db_tx_end(f->db, HERR_CONFIG, &err), HERR_CONFIG);
-    assert_int_equal(db_tx_end(f->db, 0, &err), 0);
-    assert_int_equal(sql_int(f->db, "SELECT count(*) FROM runs"), runs0 + n + 1);
-    assert_int_equal(sql_int(f->db, "SELECT count(*) FROM config_keys WHERE key = 'inner'"), 0);
-    assert_int_equal(sql_int(f->db, "SELECT count(*) FROM config_keys WHERE key = 'outer'"), 1);
+    assert_int_equal(db_tx_end(f->db, HERR_IO, &err), HERR_IO);
+    assert_int_equal(db_tx_end(f->db, 0, &err), HERR_RUNTIME);
+    assert_non_null(strstr(err.msg, "nothing was recorded"));
+    assert_int_equal(db_tx_depth(f->db), 0);
+    assert_int_equal(sql_int(f->db, "SELECT count(*) FROM runs"), before);
+    assert_int_equal(sql_int(f->db, "SELECT count(*) FROM config_keys WHERE key = 'outer'"), 0);
+    /* and the connection is usable afterwards */
+    CHECK(runs_db_insert(f->db, &ok, NULL, NULL, &err), f);
+    assert_int_equal(sql_int(f->db, "SELECT count(*) FROM runs"), before + 1);
+    assert_int_equal(sql_int(f->db, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
 }
 
 /* ---- dedup counts and listing ------------------------------------------------------------ */

@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "db.h"
+#include "flat_json.h"
 #include "ingest.h"
 #include "runs_db.h"
 #include "tests/unit/support/testutil.h"
@@ -534,6 +535,100 @@ static void test_truncated_tail_and_duplicates(void **state)
     json_decref(rows);
 }
 
+/* The fast line reader converts numbers exactly like strtod (and so like jansson), and
+ * refuses what is not JSON. */
+static void test_fast_numbers(void **state)
+{
+    (void)state;
+    tu_rng r = tu_rng_fresh();
+    char buf[128];
+    for (int t = 0; t < 200000; t++) {
+        size_t n = 0;
+        if (tu_randint(&r, 0, 3) == 0)
+            buf[n++] = '-';
+        int int_digits = tu_randint(&r, 1, tu_randint(&r, 0, 4) == 0 ? 25 : 8);
+        for (int i = 0; i < int_digits; i++)
+            buf[n++] = (char)('0' + (i == 0 && int_digits > 1 ? tu_randint(&r, 1, 10)
+                                                               : tu_randint(&r, 0, 10)));
+        int frac = tu_randint(&r, 0, 3);
+        if (frac) {
+            buf[n++] = '.';
+            int fd = tu_randint(&r, 1, tu_randint(&r, 0, 4) == 0 ? 25 : 10);
+            for (int i = 0; i < fd; i++)
+                buf[n++] = (char)('0' + tu_randint(&r, 0, 10));
+        }
+        int has_exp = tu_randint(&r, 0, 3) == 0;
+        if (has_exp)
+            n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s%d",
+                                  tu_randint(&r, 0, 2) ? "e" : "E",
+                                  (const char *[]){"", "+", "-"}[tu_randint(&r, 0, 3)],
+                                  tu_randint(&r, 0, 330));
+        buf[n] = '\0';
+        int is_int;
+        int64_t iv;
+        double dv;
+        int rc = fj_number(buf, n, &is_int, &iv, &dv);
+        double want = strtod(buf, NULL);
+        int integral = !frac && !has_exp;
+        if (rc) {
+            /* allowed to decline only big integers and overflowing reals */
+            if (!(integral && int_digits > 18) && !(isinf(want)))
+                fail_msg("fj_number declined '%s' (seed %llu)", buf, (unsigned long long)r.seed);
+            continue;
+        }
+        assert_int_equal(is_int, integral);
+        if (integral) {   /* JSON integers, as jansson reads them ("-0" is 0) */
+            assert_true(iv == strtoll(buf, NULL, 10));
+            want = (double)iv;
+        }
+        if (memcmp(&dv, &want, sizeof dv) != 0)
+            fail_msg("fj_number('%s') = %.17g, strtod = %.17g (seed %llu)", buf, dv, want,
+                     (unsigned long long)r.seed);
+    }
+    static const char *const bad[] = {"01", "1.", ".5", "-", "1e", "+1", "1e+", "--1", "1.2.3",
+                                      "0x10", "inf", "NaN", "", "1 ", "00.1", "-01"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int is_int;
+        int64_t iv;
+        double dv;
+        if (fj_number(bad[i], strlen(bad[i]), &is_int, &iv, &dv) == 0)
+            fail_msg("fj_number accepted '%s'", bad[i]);
+    }
+    /* Objects: what it accepts, jansson reads the same way; the rest it leaves to jansson. */
+    static const char *const objs[] = {
+        "{\"step\": 1, \"loss\": 2.5e-3}", " { } ", "{\"a\":null,\"b\":true,\"c\":false}",
+        "{\"a\":1,}", "{\"a\" 1}", "{\"a\":[1]}", "{\"a\":\"s\"}", "{\"a\\u0041\":1}",
+        "{\"a\":1} x", "[1]", "{\"a\":1", "{\"a\":-0.0}", "{\"a\":1e999}",
+    };
+    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++) {
+        fj_member m[8];
+        int cnt = fj_parse(objs[i], strlen(objs[i]), m, 8);
+        json_error_t je;
+        json_t *j = json_loads(objs[i], 0, &je);
+        if (cnt < 0) {
+            json_decref(j);
+            continue;
+        }
+        if (!j)
+            fail_msg("fj_parse accepted invalid JSON '%s'", objs[i]);
+        assert_int_equal((size_t)cnt, json_object_size(j));
+        for (int k = 0; k < cnt; k++) {
+            char key[32];
+            snprintf(key, sizeof key, "%.*s", (int)m[k].key_len, m[k].key);
+            json_t *v = json_object_get(j, key);
+            assert_non_null(v);
+            switch (m[k].type) {
+            case FJ_NULL: assert_true(json_is_null(v)); break;
+            case FJ_TRUE: assert_true(json_is_true(v)); break;
+            case FJ_FALSE: assert_true(json_is_false(v)); break;
+            case FJ_INT: assert_true(json_is_integer(v) && json_integer_value(v) == m[k].i); break;
+            case FJ_REAL: assert_true(json_is_real(v) && json_real_value(v) == m[k].d); break;
+            }
+        }
+        json_decref(j);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -541,6 +636,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_malformed_metrics_line, setup, teardown),
         cmocka_unit_test_setup_teardown(test_malformed_result_and_exit_code, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncated_tail_and_duplicates, setup, teardown),
+        cmocka_unit_test(test_fast_numbers),
     };
     return cmocka_run_group_tests_name("orch_ingest", tests, NULL, NULL);
 }

@@ -27,6 +27,7 @@
 #include "expr.h"
 #include "ingest.h"
 #include "query.h"
+#include "query_sql.h"
 #include "runs_db.h"
 #include "tests/unit/support/testutil.h"
 
@@ -610,6 +611,132 @@ static void test_filters_match_evaluator(void **state)
     assert_true(nonempty > n_filters / 10);   /* the filters are not all trivially empty */
 }
 
+/* Values of `key` per run as the reference sees them. */
+static void ref_value(ref_run *r, const char *key, expr_value *v)
+{
+    hearth_err err;
+    if (ref_lookup(r, key, v, &err))
+        v->type = EXPR_V_NULL;
+}
+
+static int cmp_values(const expr_value *a, const expr_value *b)
+{
+    if (a->type == EXPR_V_NUM)
+        return a->num < b->num ? -1 : a->num > b->num;
+    if (a->type == EXPR_V_STR)
+        return strcmp(a->str, b->str);
+    return (a->boolean != 0) - (b->boolean != 0);
+}
+
+/* Every query shape the planner can choose (a result index, a config key index, the
+ * experiment, walking the order index, SQLite's own choice) returns the same rows in the
+ * same order as the reference: filter, experiment, order with missing values last and
+ * ties in run order, limit.  Small probe caps reach every shape with little data. */
+static void test_plans_agree(void **state)
+{
+    fixture *f = *state;
+    static const char *const orders[] = {NULL, "-tokens_per_s", "-mfu", "tokens_per_s",
+                                         "parallel.tp", "-train.lr", "-step_ms_median",
+                                         "model"};
+    static const long caps[] = {0, 1, 3, 10, 1000000};
+    /* Filters shaped like real ones: conjunctions of key-vs-literal comparisons. */
+    static const char *const leaves[] = {
+        "tokens_per_s > 12000", "tokens_per_s >= 1000", "mfu > 0.25", "mfu <= 0.1",
+        "step_ms_median < 100", "parallel.tp == 4", "parallel.tp >= 2", "train.lr < 0.0005",
+        "model == \"tiny-vlm\"", "parallel.encoder.strategy == \"hetero_tp\"",
+        "parallel.encoder.offload == true", "final_loss > 2", "peak_mem_bytes < 500000000",
+        "opt.rare > 20", "state == \"completed\"", "2 * parallel.dp > 7",
+        "tokens_per_s > 1000 or parallel.pp == 2", "not (mfu > 0.3)",
+    };
+    for (int t = 0; t < 150; t++) {
+        char filter[512] = "";
+        int nl = tu_randint(&f->rng, 1, 4);
+        for (int i = 0; i < nl; i++) {
+            if (i)
+                strcat(filter, " and ");
+            strcat(filter, PICK(&f->rng, leaves));
+        }
+        const char *order = PICK(&f->rng, orders);
+        const char *exp = tu_randint(&f->rng, 0, 3) == 0 ? exps[tu_randint(&f->rng, 0, 2)] : NULL;
+        long limit = tu_randint(&f->rng, 0, 2) ? tu_randint(&f->rng, 1, 25) : 0;
+        long cap = PICK(&f->rng, caps);
+        hearth_err err = {{0}};
+        qsql *q = qsql_new(f->db);
+        assert_non_null(q);
+        int rc = qsql_filter(q, filter, "filter", &err);
+        if (!rc && exp)
+            rc = qsql_experiment(q, exp, &err);
+        if (!rc)
+            rc = qsql_column(q, "run_id", NULL, &err);
+        if (!rc && order)
+            rc = qsql_order(q, order, "--order", &err);
+        qsql_limit(q, limit);
+        qsql_probe_cap(q, cap);
+        sqlite3_stmt *st = NULL;
+        if (!rc)
+            rc = qsql_prepare(q, &st, &err);
+        if (rc)
+            fail_msg("'%s': %s", filter, err.msg);
+        int *got = malloc((size_t)f->n * sizeof *got);
+        int n_got = 0;
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            ref_run *r = find_run(f, (const char *)sqlite3_column_text(st, 1));
+            assert_non_null(r);
+            assert_true(n_got < f->n);
+            got[n_got++] = (int)(r - f->runs);
+        }
+        sqlite3_finalize(st);
+
+        /* reference */
+        expr_node *e;
+        assert_int_equal(expr_parse(filter, "f", &e, NULL, &err), 0);
+        int *want = malloc((size_t)f->n * sizeof *want);
+        int n_want = 0;
+        for (int i = 0; i < f->n; i++) {
+            int v;
+            if (expr_eval_bool(e, ref_lookup, &f->runs[i], "f", &v, NULL, &err))
+                fail_msg("reference '%s': %s", filter, err.msg);
+            if (v && (!exp || f->runs[i].exp == exp))
+                want[n_want++] = i;
+        }
+        expr_free(e);
+        if (order) {
+            int desc = order[0] == '-';
+            const char *key = order + desc;
+            for (int i = 1; i < n_want; i++)   /* stable insertion sort */
+                for (int j = i; j > 0; j--) {
+                    expr_value a, b;
+                    ref_value(&f->runs[want[j - 1]], key, &a);
+                    ref_value(&f->runs[want[j]], key, &b);
+                    int swap;
+                    if (a.type == EXPR_V_NULL)
+                        swap = b.type != EXPR_V_NULL;
+                    else if (b.type == EXPR_V_NULL)
+                        swap = 0;
+                    else
+                        swap = desc ? cmp_values(&a, &b) < 0 : cmp_values(&a, &b) > 0;
+                    if (!swap)
+                        break;
+                    int tmp = want[j];
+                    want[j] = want[j - 1];
+                    want[j - 1] = tmp;
+                }
+        }
+        if (limit > 0 && n_want > limit)
+            n_want = (int)limit;
+        int same = n_got == n_want;
+        for (int i = 0; same && i < n_got; i++)
+            same = got[i] == want[i];
+        if (!same)
+            fail_msg("'%s' exp %s order %s limit %ld cap %ld: %d rows, expected %d, or another "
+                     "order (seed %llu)\nSQL: %s", filter, exp ? exp : "-", order ? order : "-",
+                     limit, cap, n_got, n_want, (unsigned long long)f->rng.seed, qsql_text(q));
+        free(got);
+        free(want);
+        qsql_free(q);
+    }
+}
+
 /* Static type errors are reported at the operator's column, like the evaluator does. */
 static void test_type_errors_and_unknown_keys(void **state)
 {
@@ -658,23 +785,6 @@ static void test_type_errors_and_unknown_keys(void **state)
     o.order = "-bogus";
     assert_null(run_query(f, &o, &rc, &err));
     assert_non_null(strstr(err.msg, "--order"));
-}
-
-/* Values of `key` per run as the reference sees them. */
-static void ref_value(ref_run *r, const char *key, expr_value *v)
-{
-    hearth_err err;
-    if (ref_lookup(r, key, v, &err))
-        v->type = EXPR_V_NULL;
-}
-
-static int cmp_values(const expr_value *a, const expr_value *b)
-{
-    if (a->type == EXPR_V_NUM)
-        return a->num < b->num ? -1 : a->num > b->num;
-    if (a->type == EXPR_V_STR)
-        return strcmp(a->str, b->str);
-    return (a->boolean != 0) - (b->boolean != 0);
 }
 
 static void test_order_and_limit(void **state)
@@ -1243,6 +1353,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_filters_match_evaluator, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_plans_agree, setup, teardown),
         cmocka_unit_test_setup_teardown(test_type_errors_and_unknown_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_order_and_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_columns_and_formats, setup, teardown),

@@ -131,6 +131,19 @@ static double image_token_loss(trainer *t, const run_config *c)
     return ms.loss_sum / ms.n_targets;
 }
 
+/* Sanitizer builds run a step about ten times slower; there the loss test trains 100
+ * steps (the loss reaches 1-2% of its start by then in plain runs; the image-conditioned
+ * tokens are still being learnt, 0.6-1.4 nats against ln 16 = 2.77 for a blind model),
+ * and the plain build trains the full 300 (image tokens near 0.01 nats).  The numbers are
+ * bitwise the same in both builds. */
+#if defined(__SANITIZE_ADDRESS__)
+static const char *const loss_steps[] = { "train.steps=100", NULL };
+#define IMAGE_LOSS_MAX (0.8 * log(16.0))
+#else
+static const char *const loss_steps[] = { "train.steps=300", NULL };
+#define IMAGE_LOSS_MAX (0.5 * log(16.0))
+#endif
+
 /* tiny-vlm, 300 steps on the synthetic task: the loss ends below 25% of the first, and
  * the model has learnt to read the images (encoder -> projector -> decoder works). */
 static void test_loss_falls(void **state)
@@ -138,7 +151,7 @@ static void test_loss_falls(void **state)
     (void)state;
     run_config *c = calloc(1, sizeof *c);
     assert_non_null(c);
-    make_config(c, g_seed, NULL);
+    make_config(c, g_seed, loss_steps);
     trainer *t = make_trainer(c);
     double img0 = image_token_loss(t, c);
     double first = 0, last = 0, last10 = 0;
@@ -162,7 +175,7 @@ static void test_loss_falls(void **state)
     double img1 = image_token_loss(t, c);
     print_message("# image-conditioned tokens: loss %.6f -> %.6f (blind: ln 16 = %.4f)\n",
                   img0, img1, log(16.0));
-    if (!(img1 < 0.5 * log(16.0)))
+    if (!(img1 < IMAGE_LOSS_MAX))
         fail_msg("image-conditioned loss %.6f: the model does not read the images", img1);
     trainer_free(t);
     free(c);

@@ -1,7 +1,7 @@
 /* internal.h - the model's internal structures, shared by the files of trainer/model/.
  *
- * Not part of the model API (model.h); tests may include it to reach the pieces that are
- * worth testing on their own (the ViT window index).
+ * Not part of the model API (model.h); tests include it to reach the pieces worth testing
+ * on their own (the ViT window index, the projector output m->img_feat).
  *
  * Layout of the work:
  *   model.c      lifecycle, parameter table, initialisation, forward/backward driver
@@ -24,7 +24,7 @@
 /* ---- bump allocation of activation buffers ------------------------------------------
  * Buffers are carved from one allocation in two passes: a sizing pass with base == NULL
  * (every take returns NULL and only counts), then the real pass.  Each take is rounded up
- * to 16 elements (64-byte alignment of every buffer for float and int). */
+ * to 16 elements, so buffers start 64 bytes apart from the allocation's base. */
 typedef struct {
     float *base;
     size_t used;
@@ -189,7 +189,7 @@ typedef struct {
     int patch_dim;
     int ws;                         /* window side in merge units (0: none) */
     /* per-batch state, grown on demand */
-    int cap_patches, cap_images;
+    int cap_patches;
     int n_patches, n_units, n_images, n_frames, n_windows;
     float *pix;                     /* [P, patch_dim] pixels in window order */
     float *cos, *sin;               /* [P, D/2] */
@@ -234,7 +234,7 @@ struct model {
     size_t n_params;
     float *params, *grads;
     model_tensor *tensors;
-    int n_tensors, cap_tensors;
+    int n_tensors;
     encoder_part enc;
     projector_part proj;
     decoder_part dec;

@@ -465,21 +465,21 @@ size_t model_last_routing(const model *m, int *out, size_t cap)
 
 int model_pin_routing(model *m, const int *idx, size_t n, hearth_err *err)
 {
+    int *copy = NULL;
+    if (idx) {
+        int E = m->dec.st.c.E;
+        for (size_t i = 0; i < n; i++)
+            if (idx[i] < 0 || idx[i] >= E)
+                return herr_set(err, HERR_RUNTIME, "model_pin_routing: expert %d at %zu is "
+                                "not in [0, %d)", idx[i], i, E);
+        copy = malloc((n ? n : 1) * sizeof(int));
+        if (!copy)
+            return herr_set(err, HERR_NOMEM, "model_pin_routing: out of memory");
+        memcpy(copy, idx, n * sizeof(int));
+    }
     free(m->pin_route);
-    m->pin_route = NULL;
-    m->n_pin = 0;
-    if (!idx)
-        return 0;
-    int E = m->dec.st.c.E;
-    for (size_t i = 0; i < n; i++)
-        if (idx[i] < 0 || idx[i] >= E)
-            return herr_set(err, HERR_RUNTIME, "model_pin_routing: expert %d at %zu is not "
-                            "in [0, %d)", idx[i], i, E);
-    m->pin_route = malloc((n ? n : 1) * sizeof(int));
-    if (!m->pin_route)
-        return herr_set(err, HERR_NOMEM, "model_pin_routing: out of memory");
-    memcpy(m->pin_route, idx, n * sizeof(int));
-    m->n_pin = n;
+    m->pin_route = copy;
+    m->n_pin = idx ? n : 0;
     return 0;
 }
 

@@ -109,7 +109,8 @@ size_t model_last_routing(const model *m, int *out, size_t cap);
 /* For gradient checks: makes later forwards use these top-k experts (the layout of
  * model_last_routing, for a batch of the same size) instead of choosing them, so that the
  * loss is a smooth function of the parameters around the pinned point.  idx == NULL
- * unpins.  The copy is owned by the model.  A forward on a batch of another size fails. */
+ * unpins.  The copy is owned by the model; on error the previous pin stays.  A forward on
+ * a batch of another size fails while pinned. */
 int model_pin_routing(model *m, const int *idx, size_t n, hearth_err *err);
 
 /* Multimodal RoPE positions (Qwen2-VL get_rope_index) for one sequence:

@@ -39,6 +39,7 @@ ORCH_SRC   := $(filter-out orchestrator/main.c,$(wildcard orchestrator/*.c))
 TEST_SUPPORT_SRC := $(wildcard tests/unit/support/*.c)
 TEST_SRC   := $(wildcard tests/unit/test_*.c)
 BENCH_SRC  := $(wildcard contrib/bench/*.c)
+CLI_TESTS  := $(filter-out tests/cli/lib.sh,$(wildcard tests/cli/*.sh))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
@@ -124,7 +125,7 @@ cuda: $(if $(CUDA_SRC),$(LIB_CUDA))
 
 # Every test: unit binaries and CLI scripts, one summary line at the end.
 test: all $(TEST_BINS)
-	@BUILD=$(BUILD) tests/run.sh $(TEST_BINS) tests/cli/*.sh
+	@BUILD=$(BUILD) tests/run.sh $(TEST_BINS) $(CLI_TESTS)
 
 test-unit: $(TEST_BINS)
 	@BUILD=$(BUILD) tests/run.sh $(TEST_BINS)

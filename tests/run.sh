@@ -6,6 +6,9 @@
 # missing ones as failed, so a dying test can never look green.
 set -u
 export CMOCKA_MESSAGE_OUTPUT=TAP
+# Idle OpenMP workers sleep instead of spinning: tests share 2 cores with each other's
+# child processes, where spinning threads starve the ones doing the work.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 export BUILD=${BUILD:-build}
 pass=0 fail=0 skip=0
 failed_names=()

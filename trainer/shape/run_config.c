@@ -4,10 +4,12 @@
 #include "shape/run_config.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "shape/canon_json.h"
 #include "shape/fields.h"
 #include "shape/shape_internal.h"
 #include "shape/yaml_tree.h"
@@ -191,23 +193,30 @@ static void where(const cfg_ctx *x, const char *const *keys, int n, char *buf, s
 
 /* ---- auto values ------------------------------------------------------------------- */
 
-static int auto_row(const unsigned char *is_auto, const char *key)
-{
-    int n;
-    const field_desc *t = config_fields(&n);
-    int i = field_find(t, n, key);
-    return i >= 0 && is_auto[i];
-}
-
 void run_config_derive(run_config *c, const unsigned char *is_auto)
 {
-    if (auto_row(is_auto, "comm"))
+    /* Which rows are auto, found by the member each one fills: one pass over the table
+     * and no key search, since every resolved point of a sweep comes through here. */
+    int nc;
+    const field_desc *t = config_fields(&nc);
+    int comm = 0, dp = 0, enc_tp = 0, global_batch = 0, min_lr = 0;
+    for (int i = 0; i < nc; i++) {
+        if (!is_auto[i])
+            continue;
+        size_t off = t[i].off;
+        comm |= off == offsetof(run_config, comm);
+        dp |= off == offsetof(run_config, parallel.dp);
+        enc_tp |= off == offsetof(run_config, parallel.encoder.tp);
+        global_batch |= off == offsetof(run_config, train.global_batch);
+        min_lr |= off == offsetof(run_config, train.min_lr);
+    }
+    if (comm)
         c->comm = c->device == DEVICE_CUDA ? COMM_NCCL : COMM_LOCAL;
-    if (auto_row(is_auto, "parallel.dp")) {
+    if (dp) {
         long mp = (long)c->parallel.tp * c->parallel.cp * c->parallel.pp;
         c->parallel.dp = mp > 0 && c->ranks % mp == 0 ? (int)(c->ranks / mp) : 0;
     }
-    if (auto_row(is_auto, "parallel.encoder.tp")) {
+    if (enc_tp) {
         int tp = c->parallel.tp, etp = 1;
         if (c->parallel.encoder.strategy == ENC_UNIFORM)
             etp = tp;
@@ -217,16 +226,15 @@ void run_config_derive(run_config *c, const unsigned char *is_auto)
                     etp = d;
         c->parallel.encoder.tp = etp;
     }
-    if (auto_row(is_auto, "train.global_batch")) {
+    if (global_batch) {
         long long gb = (long long)c->train.micro_batch * c->parallel.dp;
         c->train.global_batch = gb > INT_MAX ? INT_MAX : (int)gb;
     }
-    if (auto_row(is_auto, "train.min_lr")) {
+    if (min_lr) {
         /* lr / 10 rounded to 15 digits, so that 3e-4 gives 3e-05 (not 2.9999999999999997e-05)
-         * and a config that spells the default out hashes the same. */
-        char buf[40];
-        snprintf(buf, sizeof buf, "%.15g", c->train.lr / 10);
-        c->train.min_lr = strtod(buf, NULL);
+         * and a config that spells the default out hashes the same.  That is
+         * strtod(printf("%.15g")), computed without the text. */
+        c->train.min_lr = canon_round_digits(c->train.lr / 10, 15);
     }
 }
 

@@ -21,9 +21,10 @@ WARN     = -Wall -Wextra -Werror
 OPT      = -O2 -g
 comma    := ,
 SANFLAGS = $(if $(filter 1,$(SAN)),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined,)
-CFLAGS  += $(CSTD) $(WARN) $(OPT) -fopenmp $(SANFLAGS) -MMD -MP -I. -Ikernels -Itrainer -Iorchestrator
+CFLAGS  += $(CSTD) $(WARN) $(OPT) -fopenmp $(SANFLAGS) -MMD -MP -I. -Ikernels -Itrainer -Iorchestrator \
+           $(patsubst -I%,-isystem %,$(shell pkg-config --cflags-only-I pmix 2>/dev/null))
 LDFLAGS += -fopenmp $(SANFLAGS)
-TRAIN_LDLIBS = -lyaml -ljansson -lcrypto -lm -lpthread
+TRAIN_LDLIBS = -lyaml -ljansson -lcrypto -lm -lpthread $(or $(shell pkg-config --libs pmix 2>/dev/null),-lpmix)
 ORCH_LDLIBS  = -lsqlite3 -lcurl $(TRAIN_LDLIBS)
 
 NVCCFLAGS = -O2 -std=c++17 -I. -Ikernels \
@@ -124,8 +125,19 @@ orchestrator/db_migrations.c: db/gen_migrations.sh $(wildcard db/migrations/*.sq
 cuda: $(if $(CUDA_SRC),$(LIB_CUDA))
 
 # Every test: unit binaries and CLI scripts, one summary line at the end.
+# The Slurm tests (tests/cli/hearth_slurm_*.sh) need a cluster: `test` starts a throw-away
+# one (contrib/slurm-local, root needed) before the tests and stops it after, whatever
+# happened.  Its own directory and ports, so that it never touches a cluster of the user's.
+SLURM_TEST_DIR ?= /tmp/hearth-slurm-test
+SLURM_TEST_PORT ?= 16917
+SLURM_TEST_ENV = HEARTH_SLURM_DIR=$(SLURM_TEST_DIR) HEARTH_SLURM_PORT_BASE=$(SLURM_TEST_PORT) \
+	HEARTH_SLURM_NODES=2 HEARTH_SLURM_CPUS=2 HEARTH_SLURM_MAX_ARRAY_SIZE=5 \
+	SLURM_CONF=$(SLURM_TEST_DIR)/slurm.conf
 test: all $(TEST_BINS)
-	@BUILD=$(BUILD) tests/run.sh $(TEST_BINS) $(CLI_TESTS)
+	@$(SLURM_TEST_ENV) contrib/slurm-local/start.sh || \
+	    echo "make test: the test Slurm cluster did not start: the Slurm tests will fail"; \
+	$(SLURM_TEST_ENV) BUILD=$(BUILD) tests/run.sh $(TEST_BINS) $(CLI_TESTS); rc=$$?; \
+	$(SLURM_TEST_ENV) contrib/slurm-local/stop.sh >/dev/null 2>&1; exit $$rc
 
 test-unit: $(TEST_BINS)
 	@BUILD=$(BUILD) tests/run.sh $(TEST_BINS)

@@ -14,6 +14,11 @@ packages=(
     libsqlite3-dev    # results database (orchestrator)
     sqlite3
     libcurl4-openssl-dev  # slurmrestd backend (orchestrator)
+    libpmix-dev       # rank bootstrap of hearth-train under srun --mpi=pmix (trainer)
+    openmpi-bin       # mpirun: a PMIx server without Slurm, for the bootstrap tests
+    slurm-wlm         # slurmctld + slurmd for the throw-away test cluster (contrib/slurm-local)
+    slurm-client      # sbatch, squeue, sacct, scontrol, scancel (slurm backend)
+    munge             # Slurm's authentication
 )
 
 missing=()

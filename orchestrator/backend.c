@@ -8,7 +8,9 @@ int backend_open(const char *name, backend **out, hearth_err *err)
     *out = NULL;
     if (!name || strcmp(name, "local") == 0)
         return backend_local_create(out, 0, err);
-    if (strcmp(name, "slurm") == 0 || strcmp(name, "slurmrest") == 0)
+    if (strcmp(name, "slurm") == 0)
+        return backend_slurm_create(out, err);
+    if (strcmp(name, "slurmrest") == 0)
         return herr_set(err, HERR_CONFIG, "--backend %s: not available in this build yet "
                         "(use --backend local)", name);
     return herr_set(err, HERR_CONFIG, "--backend %s: unknown backend (expected local, slurm "

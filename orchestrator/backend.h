@@ -29,6 +29,7 @@ typedef struct {
     const char *script;       /* RUN_DIR/job.sh */
     int cpus_per_task;
     int64_t time_limit_s;     /* wall-time limit; 0: none */
+    int max_concurrent;       /* at most this many of a submit_many batch at once; 0: any */
 } backend_job;
 
 typedef enum {
@@ -36,6 +37,8 @@ typedef enum {
     BACKEND_TIMEOUT,          /* ended by its wall-time limit */
     BACKEND_CANCELLED,        /* ended by backend_cancel */
     BACKEND_VANISHED,         /* gone without leaving an exit code (killed, node lost) */
+    BACKEND_REQUEUE,          /* ended by the scheduler through no fault of its own (Slurm:
+                                 NODE_FAIL, PREEMPTED, BOOT_FAIL): run it again */
 } backend_end;
 
 /* One job that ended, as backend_poll reports it. */
@@ -54,6 +57,12 @@ typedef struct {
     /* Starts a job; fills job_id.  The job is then tracked until poll reports its end. */
     int (*submit)(backend *b, const backend_job *job, void *tag,
                   char job_id[BACKEND_JOB_ID_MAX], hearth_err *err);
+    /* Optional (NULL: the caller submits one by one).  Starts jobs[0..n) at once (Slurm: as
+     * job arrays, consecutive jobs of one shape in one array), in order: *done receives how
+     * many started (job_ids[0..*done) filled, tracked with tags[i]); when *done < n the
+     * rest did not start and err says why (a negative herr_code is returned). */
+    int (*submit_many)(backend *b, const backend_job *jobs, void *const *tags, size_t n,
+                       char (*job_ids)[BACKEND_JOB_ID_MAX], size_t *done, hearth_err *err);
     /* Finds a job started by an earlier process.  job_id may be "" or NULL when the earlier
      * process died before recording it.  Returns 1 when the job is still alive (it is now
      * tracked, and job_id is filled when it was empty), 0 when it is gone (not tracked). */
@@ -85,5 +94,9 @@ void backend_free(backend *b);
 /* The local backend.  grace_ms: between SIGTERM and SIGKILL (<= 0: 10 s, or
  * $HEARTH_KILL_GRACE_MS when set). */
 int backend_local_create(backend **out, int grace_ms, hearth_err *err);
+
+/* The Slurm backend (sbatch, squeue, scontrol, scancel from PATH; backend_slurm.c).  It
+ * polls at most every $HEARTH_SLURM_POLL_MS (default 2000) ms. */
+int backend_slurm_create(backend **out, hearth_err *err);
 
 #endif

@@ -162,6 +162,60 @@ static int status_runs(hearth_db *db, const char *exp, report_format fmt, hearth
     return report_end(r, err);
 }
 
+/* The backend the experiment's runs were submitted to (job.json of its first run); buf
+ * keeps its value ("local") when that cannot be told. */
+static void experiment_backend(hearth_db *db, const char *exp, char *buf, size_t size)
+{
+    run_info *v = NULL;
+    size_t nv = 0;
+    hearth_err e;
+    if (runs_db_list(db, exp, 0, &v, &nv, &e) == 0 && nv && v[0].run_dir) {
+        rundir_job j;
+        if (rundir_job_read(v[0].run_dir, &j, &e) == 0) {
+            if (j.backend)
+                snprintf(buf, size, "%s", j.backend);
+            rundir_job_free(&j);
+        }
+    }
+    runs_db_list_free(v, nv);
+}
+
+/* `hearth status EXP` of an experiment on a queued backend (Slurm) that no runner is
+ * following: one look at its jobs, as a runner would take (one batched poll), so that
+ * ended jobs are ingested and a job submitted but never recorded is adopted.  A local
+ * experiment is left to `hearth resume`.  Failures are reported, not fatal. */
+static void status_refresh(hcli_ctx *c, hearth_db *db, const char *exp)
+{
+    char backend_name[64] = "local", runs_dir[PATH_MAX], exp_dir[PATH_MAX];
+    hearth_err err = { { 0 } };
+    long counts[RUN_STATE_COUNT];
+    experiment_backend(db, exp, backend_name, sizeof backend_name);
+    if (strcmp(backend_name, "local") == 0 ||
+        runs_db_state_counts(db, exp, counts, &err) ||
+        counts[RUN_SUBMITTED] + counts[RUN_RUNNING] == 0 ||
+        hcli_runs_dir(c, runs_dir, sizeof runs_dir, &err) ||
+        sweep_experiment_dir(db, exp, runs_dir, exp_dir, sizeof exp_dir, &err))
+        return;
+    int lock = -1;
+    pid_t holder = 0;
+    if (sweep_lock_acquire(exp_dir, 0, NULL, &lock, &holder, &err) != 0)
+        return;   /* a runner follows the jobs: the database is current */
+    backend *b = NULL;
+    int rc = backend_open(backend_name, &b, &err);
+    if (!rc) {
+        sweep_opts so = { 0 };
+        so.experiment = exp;
+        so.once = 1;
+        so.progress = stderr;
+        sweep_result res;
+        rc = sweep_run(db, b, &so, &res, &err);
+    }
+    backend_free(b);
+    sweep_lock_release(lock);
+    if (rc)
+        fprintf(stderr, "hearth status: could not look at the jobs of %s: %s\n", exp, err.msg);
+}
+
 int cmd_status(hcli_ctx *c)
 {
     hearth_err err = { { 0 } };
@@ -175,8 +229,10 @@ int cmd_status(hcli_ctx *c)
         return code;
     if (c->argc == 0)
         rc = status_experiments(c, db, fmt, &err);
-    else if (!(rc = need_experiment(c, db, c->argv[0], &err)))
+    else if (!(rc = need_experiment(c, db, c->argv[0], &err))) {
+        status_refresh(c, db, c->argv[0]);
         rc = status_runs(db, c->argv[0], fmt, &err);
+    }
     db_close(db);
     return rc ? hcli_fail(c, rc, &err) : HCLI_EXIT_OK;
 }
@@ -290,7 +346,7 @@ static int cancel_run(hearth_db *db, const run_info *ri, backend **bk, hearth_er
         }
         char script[PATH_MAX + 16];
         snprintf(script, sizeof script, "%s/job.sh", ri->run_dir);
-        backend_job bj = { ri->run_id, ri->run_dir, script, 1, 0 };
+        backend_job bj = { ri->run_id, ri->run_dir, script, 1, 0, 0 };
         int rc = (*bk)->ops->cancel(*bk, &bj, ri->backend_job_id, err);
         if (rc < 0)
             return rc;
@@ -364,13 +420,16 @@ int cmd_resume(hcli_ctx *c)
     rc = need_experiment(c, db, c->argv[0], &err);
     if (!rc)
         rc = sweep_experiment_dir(db, c->argv[0], runs_dir, exp_dir, sizeof exp_dir, &err);
+    char backend_name[64] = "local";
+    if (!rc)
+        experiment_backend(db, c->argv[0], backend_name, sizeof backend_name);
     db_close(db);
     if (rc)
         return hcli_fail(c, rc, &err);
     cmd_run_opts ro = { 0 };
     ro.experiment = c->argv[0];
     ro.exp_dir = exp_dir;
-    ro.backend = "local";
+    ro.backend = backend_name;
     ro.jobs = jobs;
     ro.detach = hcli_flag(c, "detach");
     return cmd_run_sweep(c, &ro);
@@ -427,7 +486,7 @@ int cmd_logs(hcli_ctx *c)
         db_close(db);
         return hcli_fail(c, rc, &err);
     }
-    backend_job bj = { ri.run_id, ri.run_dir, script, 1, 0 };
+    backend_job bj = { ri.run_id, ri.run_dir, script, 1, 0, 0 };
     for (;;) {
         copy_new(out_path, &oo, stdout);
         copy_new(err_path, &eo, stderr);

@@ -225,6 +225,12 @@ static int create_point(void *ctx, const plan_point *p)
     int64_t limit = 0;
     j.time_limit_s = p->res.time && spec_time_seconds(p->res.time, &limit) == 0 ? limit : 0;
     j.max_concurrent = p->res.max_concurrent > 0 ? (int)p->res.max_concurrent : 0;
+    j.partition = (char *)p->res.partition;
+    j.account = (char *)p->res.account;
+    j.qos = (char *)p->res.qos;
+    j.constraint = (char *)p->res.constraint;
+    j.n_sbatch = cc->s->resources.n_sbatch;   /* not a matrix key: the spec's list */
+    j.sbatch = (char **)cc->s->resources.sbatch;
     for (long i = 0; !rc && i < n; i++) {
         rc = sweep_create_run(cc->db, &j, json, cc->exp_dir, cc->tmpl_name, cc->tmpl, NULL,
                               cc->err);

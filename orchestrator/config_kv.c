@@ -56,20 +56,12 @@ int config_key_find(hearth_db *db, const char *key, int64_t *id, int *types, hea
 {
     static const char sql[] = "SELECT id, types FROM config_keys WHERE key = ?1";
     sqlite3_stmt *st;
-    int rc = db_prepare(db, sql, &st, err);
-    if (rc)
-        return rc;
-    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-    int found = 0;
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
+    int found = db_row_text(db, sql, key, &st, "looking up a config key", err);
+    if (found == 1) {
         *id = sqlite3_column_int64(st, 0);
         *types = sqlite3_column_int(st, 1);
-        found = 1;
-    } else if (rc != SQLITE_DONE) {
-        found = db_fail(db, err, "looking up a config key");
+        db_stmt_done(st);
     }
-    db_stmt_done(st);
     return found;
 }
 
@@ -84,10 +76,9 @@ static int key_intern(hearth_db *db, const char *key, int type, int64_t *id, hea
         "ON CONFLICT (key) DO UPDATE SET types = types | excluded.types "
         "RETURNING id, types";
     sqlite3_stmt *st;
-    int rc = db_prepare(db, sql, &st, err);
+    int rc = db_prepare_text(db, sql, key, &st, err);
     if (rc)
         return rc;
-    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, type);
     rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
@@ -143,8 +134,7 @@ static int kv_leaf(void *vctx, const char *key, json_t *v, int type, hearth_err 
     default: /* null: no value column set */
         break;
     }
-    rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(c->db, err, "recording a config key");
-    db_stmt_done(st);
+    rc = db_step_done(c->db, st, "recording a config key", err);
     free(dump);
     if (rc)
         herr_prefix(err, rc, "config key '%s'", key);

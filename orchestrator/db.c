@@ -300,6 +300,56 @@ void db_stmt_done(sqlite3_stmt *st)
     }
 }
 
+int db_prepare_int64(hearth_db *db, const char *sql, int64_t v, sqlite3_stmt **out,
+                     hearth_err *err)
+{
+    int rc = db_prepare(db, sql, out, err);
+    if (rc == 0)
+        sqlite3_bind_int64(*out, 1, v);
+    return rc;
+}
+
+int db_prepare_text(hearth_db *db, const char *sql, const char *v, sqlite3_stmt **out,
+                    hearth_err *err)
+{
+    int rc = db_prepare(db, sql, out, err);
+    if (rc == 0)
+        sqlite3_bind_text(*out, 1, v, -1, SQLITE_STATIC);
+    return rc;
+}
+
+int db_row_text(hearth_db *db, const char *sql, const char *v, sqlite3_stmt **out,
+                const char *what, hearth_err *err)
+{
+    int rc = db_prepare_text(db, sql, v, out, err);
+    if (rc)
+        return rc;
+    rc = sqlite3_step(*out);
+    if (rc == SQLITE_ROW)
+        return 1;
+    rc = rc == SQLITE_DONE ? 0 : db_fail(db, err, what);
+    db_stmt_done(*out);
+    return rc;
+}
+
+int db_step_done(hearth_db *db, sqlite3_stmt *st, const char *what, hearth_err *err)
+{
+    int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(db, err, what);
+    db_stmt_done(st);
+    return rc;
+}
+
+int db_rows_end(hearth_db *db, int rc, const char *what, hearth_err *err)
+{
+    if (rc == SQLITE_DONE)
+        return 0;
+    if (rc < 0)
+        return rc;
+    if (rc == SQLITE_NOMEM)
+        return herr_set(err, HERR_NOMEM, "out of memory");
+    return db_fail(db, err, what);
+}
+
 /* FNV-1a: keys are short dotted names. */
 static uint64_t key_hash(const char *s)
 {

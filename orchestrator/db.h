@@ -52,6 +52,25 @@ int db_tx_depth(const hearth_db *db);
  * it).  Reset it with db_stmt_done after use, so it releases its read snapshot. */
 int db_prepare(hearth_db *db, const char *sql, sqlite3_stmt **out, hearth_err *err);
 void db_stmt_done(sqlite3_stmt *st);
+/* db_prepare, then ?1 bound to `v`: most statements are keyed by one row id or name.  The
+ * text is bound SQLITE_STATIC (it must stay valid until db_stmt_done); NULL binds NULL. */
+int db_prepare_int64(hearth_db *db, const char *sql, int64_t v, sqlite3_stmt **out,
+                     hearth_err *err);
+int db_prepare_text(hearth_db *db, const char *sql, const char *v, sqlite3_stmt **out,
+                    hearth_err *err);
+/* db_prepare_text and the first step of a lookup: 1 when there is a row (read it from *out,
+ * then db_stmt_done), 0 when there is none, or the error (db_fail(db, err, what)); on 0
+ * and on errors the statement is done already. */
+int db_row_text(hearth_db *db, const char *sql, const char *v, sqlite3_stmt **out,
+                const char *what, hearth_err *err);
+/* Steps a write statement that returns no rows, then db_stmt_done; a step that does not
+ * end with SQLITE_DONE is reported through db_fail(db, err, what). */
+int db_step_done(hearth_db *db, sqlite3_stmt *st, const char *what, hearth_err *err);
+/* The result of a `while ((rc = sqlite3_step(st)) == SQLITE_ROW)` loop: rc is the last
+ * step's code, SQLITE_NOMEM when the loop body ran out of memory, or a negative herr code
+ * the body already set.  Returns 0 for SQLITE_DONE, rc when negative, HERR_NOMEM ("out of
+ * memory") for SQLITE_NOMEM, else db_fail(db, err, what).  It does not reset `st`. */
+int db_rows_end(hearth_db *db, int rc, const char *what, hearth_err *err);
 /* Runs SQL text without results (several statements allowed). */
 int db_exec(hearth_db *db, const char *sql, hearth_err *err);
 /* Formats the connection's last SQLite error as "PATH: what: message"; returns

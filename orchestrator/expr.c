@@ -384,18 +384,24 @@ static expr_node *parse_primary(parser *p)
     return e;
 }
 
+/* A prefix operator at the current token: consumes it and parses its operand with
+ * `operand_fn` one nesting level deeper (so long chains hit the depth limit). */
+static expr_node *parse_prefix(parser *p, expr_op op, expr_node *(*operand_fn)(parser *))
+{
+    int col = p->tok.col;
+    if (enter(p, col) < 0 || lex_next(p) < 0)
+        return NULL;
+    expr_node *operand = operand_fn(p);
+    p->depth--;
+    if (!operand)
+        return NULL;
+    return node_op(p, EXPR_UNARY, op, col, operand, NULL);
+}
+
 static expr_node *parse_unary(parser *p)
 {
-    if (p->tok.kind == T_MINUS) {
-        int col = p->tok.col;
-        if (enter(p, col) < 0 || lex_next(p) < 0)
-            return NULL;
-        expr_node *operand = parse_unary(p);
-        p->depth--;
-        if (!operand)
-            return NULL;
-        return node_op(p, EXPR_UNARY, EXPR_OP_NEG, col, operand, NULL);
-    }
+    if (p->tok.kind == T_MINUS)
+        return parse_prefix(p, EXPR_OP_NEG, parse_unary);
     return parse_primary(p);
 }
 
@@ -429,19 +435,21 @@ static expr_op tok_cmpop(tok_kind k)
     }
 }
 
+/* Skips a binary operator token and parses its right operand at `level`.  On failure
+ * it frees `lhs` too (the caller has nothing left to clean up) and returns NULL. */
+static expr_node *parse_operand_after_op(parser *p, expr_node *lhs, int level)
+{
+    expr_node *rhs = lex_next(p) < 0 ? NULL : parse_binary_level(p, level);
+    if (!rhs)
+        expr_free(lhs);
+    return rhs;
+}
+
 /* level 2 is `not` + one optional comparison */
 static expr_node *parse_not_cmp(parser *p)
 {
-    if (p->tok.kind == T_NOT) {
-        int col = p->tok.col;
-        if (enter(p, col) < 0 || lex_next(p) < 0)
-            return NULL;
-        expr_node *operand = parse_not_cmp(p);
-        p->depth--;
-        if (!operand)
-            return NULL;
-        return node_op(p, EXPR_UNARY, EXPR_OP_NOT, col, operand, NULL);
-    }
+    if (p->tok.kind == T_NOT)
+        return parse_prefix(p, EXPR_OP_NOT, parse_not_cmp);
     expr_node *lhs = parse_binary_level(p, 3);
     if (!lhs)
         return NULL;
@@ -449,15 +457,9 @@ static expr_node *parse_not_cmp(parser *p)
     if (op == EXPR_OP_NONE)
         return lhs;
     int col = p->tok.col;
-    if (lex_next(p) < 0) {
-        expr_free(lhs);
+    expr_node *rhs = parse_operand_after_op(p, lhs, 3);
+    if (!rhs)
         return NULL;
-    }
-    expr_node *rhs = parse_binary_level(p, 3);
-    if (!rhs) {
-        expr_free(lhs);
-        return NULL;
-    }
     if (tok_cmpop(p->tok.kind) != EXPR_OP_NONE) {
         fail_at(p, p->tok.col, HERR_CONFIG,
                 "comparisons cannot be chained, join them with 'and'");
@@ -482,15 +484,9 @@ static expr_node *parse_binary_level(parser *p, int level)
         if (op == EXPR_OP_NONE)
             return lhs;
         int col = p->tok.col;
-        if (lex_next(p) < 0) {
-            expr_free(lhs);
+        expr_node *rhs = parse_operand_after_op(p, lhs, level + 1);
+        if (!rhs)
             return NULL;
-        }
-        expr_node *rhs = parse_binary_level(p, level + 1);
-        if (!rhs) {
-            expr_free(lhs);
-            return NULL;
-        }
         lhs = node_op(p, EXPR_BINARY, op, col, lhs, rhs);
         if (!lhs)
             return NULL;

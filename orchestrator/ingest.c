@@ -33,10 +33,16 @@ typedef struct {
     hearth_err *err;
 } ingest_ctx;
 
-static int set_path(ingest_ctx *c, const char *name)
+/* Opens the run directory's file `name` for reading (its path left in c->path).  A file
+ * the trainer has not written (yet) is no error: 0 with *f NULL. */
+static int open_output(ingest_ctx *c, const char *name, FILE **f)
 {
+    *f = NULL;
     if ((size_t)snprintf(c->path, sizeof c->path, "%s/%s", c->dir, name) >= sizeof c->path)
         return herr_set(c->err, HERR_IO, "%s/%s: path too long", c->dir, name);
+    *f = fopen(c->path, "r");
+    if (!*f && errno != ENOENT)
+        return herr_set(c->err, HERR_IO, "%s: %s", c->path, strerror(errno));
     return 0;
 }
 
@@ -243,15 +249,10 @@ full:
 
 static int ingest_metrics(ingest_ctx *c, ingest_summary *sum)
 {
-    int rc = set_path(c, "metrics.jsonl");
-    if (rc)
+    FILE *f;
+    int rc = open_output(c, "metrics.jsonl", &f);
+    if (rc || !f)
         return rc;
-    FILE *f = fopen(c->path, "r");
-    if (!f) {
-        if (errno == ENOENT)
-            return 0;
-        return herr_set(c->err, HERR_IO, "%s: %s", c->path, strerror(errno));
-    }
     sum->has_metrics = 1;
     static const char del_sql[] = "DELETE FROM metrics WHERE run = ?1";
     sqlite3_stmt *st;
@@ -311,15 +312,10 @@ static int ingest_metrics(ingest_ctx *c, ingest_summary *sum)
 
 static int ingest_result(ingest_ctx *c, ingest_summary *sum)
 {
-    int rc = set_path(c, "result.json");
-    if (rc)
+    FILE *f;
+    int rc = open_output(c, "result.json", &f);
+    if (rc || !f)
         return rc;
-    FILE *f = fopen(c->path, "r");
-    if (!f) {
-        if (errno == ENOENT)
-            return 0;
-        return herr_set(c->err, HERR_IO, "%s: %s", c->path, strerror(errno));
-    }
     json_error_t jerr;
     json_t *obj = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
     fclose(f);
@@ -368,15 +364,10 @@ static int ingest_result(ingest_ctx *c, ingest_summary *sum)
 
 static int ingest_exit_code(ingest_ctx *c, ingest_summary *sum)
 {
-    int rc = set_path(c, "exit_code");
-    if (rc)
+    FILE *f;
+    int rc = open_output(c, "exit_code", &f);
+    if (rc || !f)
         return rc;
-    FILE *f = fopen(c->path, "r");
-    if (!f) {
-        if (errno == ENOENT)
-            return 0;
-        return herr_set(c->err, HERR_IO, "%s: %s", c->path, strerror(errno));
-    }
     char buf[64];
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     int bad_read = ferror(f);
@@ -395,12 +386,10 @@ static int ingest_exit_code(ingest_ctx *c, ingest_summary *sum)
         return herr_set(c->err, HERR_CONFIG, "%s:1: expected an integer exit status", c->path);
     static const char sql[] = "UPDATE runs SET exit_code = ?2 WHERE id = ?1";
     sqlite3_stmt *st;
-    if ((rc = db_prepare(c->db, sql, &st, c->err)))
+    if ((rc = db_prepare_int64(c->db, sql, c->run, &st, c->err)))
         return rc;
-    sqlite3_bind_int64(st, 1, c->run);
     sqlite3_bind_int(st, 2, (int)v);
-    rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(c->db, c->err, "recording an exit code");
-    db_stmt_done(st);
+    rc = db_step_done(c->db, st, "recording an exit code", c->err);
     if (rc == 0) {
         sum->has_exit_code = 1;
         sum->exit_code = (int)v;
@@ -414,23 +403,15 @@ static int find_run(hearth_db *db, const char *run_id, int64_t *pk, char **hash,
 {
     static const char sql[] = "SELECT id, config_hash, run_dir FROM runs WHERE run_id = ?1";
     sqlite3_stmt *st;
-    int rc = db_prepare(db, sql, &st, err);
-    if (rc)
-        return rc;
-    sqlite3_bind_text(st, 1, run_id, -1, SQLITE_STATIC);
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        *pk = sqlite3_column_int64(st, 0);
-        const char *h = (const char *)sqlite3_column_text(st, 1);
-        const char *d = (const char *)sqlite3_column_text(st, 2);
-        *hash = strdup(h ? h : "");
-        *dir = d ? strdup(d) : NULL;
-        rc = *hash && (!d || *dir) ? 0 : herr_set(err, HERR_NOMEM, "out of memory");
-    } else if (rc == SQLITE_DONE) {
-        rc = herr_set(err, HERR_CONFIG, "no run named '%s'", run_id);
-    } else {
-        rc = db_fail(db, err, "reading a run");
-    }
+    int rc = db_row_text(db, sql, run_id, &st, "reading a run", err);
+    if (rc != 1)
+        return rc ? rc : herr_set(err, HERR_CONFIG, "no run named '%s'", run_id);
+    *pk = sqlite3_column_int64(st, 0);
+    const char *h = (const char *)sqlite3_column_text(st, 1);
+    const char *d = (const char *)sqlite3_column_text(st, 2);
+    *hash = strdup(h ? h : "");
+    *dir = d ? strdup(d) : NULL;
+    rc = *hash && (!d || *dir) ? 0 : herr_set(err, HERR_NOMEM, "out of memory");
     db_stmt_done(st);
     return rc;
 }

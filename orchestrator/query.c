@@ -38,10 +38,7 @@ static int emit(hearth_db *db, qsql *q, report_format fmt, FILE *out, long *n_ro
             break;
         rows++;
     }
-    if (rc == SQLITE_DONE)
-        rc = 0;
-    else if (rc > 0)
-        rc = db_fail(db, err, "running a query");
+    rc = db_rows_end(db, rc, "running a query", err);
     sqlite3_finalize(st);
     free(cells);
     if (rc)
@@ -108,10 +105,9 @@ static int add_varying_keys(hearth_db *db, qsql *q, int64_t exp, hearth_err *err
         "OR count(*) < (SELECT count(*) FROM runs WHERE experiment_id = ?1 "
         "AND state = 'completed') ORDER BY k.key LIMIT ?2";
     sqlite3_stmt *st;
-    int rc = db_prepare(db, sql, &st, err);
+    int rc = db_prepare_int64(db, sql, exp, &st, err);
     if (rc)
         return rc;
-    sqlite3_bind_int64(st, 1, exp);
     sqlite3_bind_int(st, 2, TOP_MAX_KEYS);
     /* Collect first: qsql_column reads the database with other statements. */
     char *keys[TOP_MAX_KEYS];
@@ -122,9 +118,9 @@ static int add_varying_keys(hearth_db *db, qsql *q, int64_t exp, hearth_err *err
             rc = SQLITE_NOMEM;
             break;
         }
-    rc = rc == SQLITE_DONE || rc == SQLITE_ROW ? 0
-         : rc == SQLITE_NOMEM                  ? herr_set(err, HERR_NOMEM, "out of memory")
-                                               : db_fail(db, err, "finding varying config keys");
+    /* SQLITE_ROW: TOP_MAX_KEYS reached, the rest is left out. */
+    rc = db_rows_end(db, rc == SQLITE_ROW ? SQLITE_DONE : rc, "finding varying config keys",
+                     err);
     db_stmt_done(st);
     for (int i = 0; i < n; i++) {
         if (rc == 0) {
@@ -212,10 +208,9 @@ static int export_keys(hearth_db *db, int64_t exp, export_key **out, size_t *n,
     *out = NULL;
     *n = 0;
     sqlite3_stmt *st;
-    int rc = db_prepare(db, sql, &st, err);
+    int rc = db_prepare_int64(db, sql, exp, &st, err);
     if (rc)
         return rc;
-    sqlite3_bind_int64(st, 1, exp);
     export_key *v = NULL;
     size_t len = 0, cap = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -236,12 +231,7 @@ static int export_keys(hearth_db *db, int64_t exp, export_key **out, size_t *n,
         }
         len++;
     }
-    if (rc == SQLITE_DONE)
-        rc = 0;
-    else if (rc == SQLITE_NOMEM)
-        rc = herr_set(err, HERR_NOMEM, "out of memory");
-    else
-        rc = db_fail(db, err, "listing config keys");
+    rc = db_rows_end(db, rc, "listing config keys", err);
     db_stmt_done(st);
     if (rc) {
         export_keys_free(v, len);
@@ -265,10 +255,9 @@ static int export_config_cells(hearth_db *db, int64_t run, const export_key *key
         texts[i] = NULL;
     }
     sqlite3_stmt *st;
-    int rc = db_prepare(db, sql, &st, err);
+    int rc = db_prepare_int64(db, sql, run, &st, err);
     if (rc)
         return rc;
-    sqlite3_bind_int64(st, 1, run);
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         int64_t id = sqlite3_column_int64(st, 0);
         if (id < 0 || id > max_id || col_of[id] == (size_t)-1)
@@ -294,12 +283,7 @@ static int export_config_cells(hearth_db *db, int64_t run, const export_key *key
             cell->s = texts[c];
         }
     }
-    if (rc == SQLITE_DONE)
-        rc = 0;
-    else if (rc == SQLITE_NOMEM)
-        rc = herr_set(err, HERR_NOMEM, "out of memory");
-    else
-        rc = db_fail(db, err, "reading a run's config");
+    rc = db_rows_end(db, rc, "reading a run's config", err);
     db_stmt_done(st);
     return rc;
 }
@@ -373,10 +357,7 @@ int query_export(hearth_db *db, const char *experiment, report_format fmt, FILE 
             rc = report_row(r, cells, err);
         }
     }
-    if (rc == SQLITE_DONE)
-        rc = 0;
-    else if (rc > 0)
-        rc = db_fail(db, err, "exporting runs");
+    rc = db_rows_end(db, rc, "exporting runs", err);
     if (r) {
         if (rc)
             report_abort(r);

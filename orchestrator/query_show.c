@@ -150,10 +150,9 @@ static int read_result(hearth_db *db, int64_t run, report_cell *cells, char **te
     }
     *has = 0;
     sqlite3_stmt *st;
-    int rc = db_prepare(db, sql, &st, err);
+    int rc = db_prepare_int64(db, sql, run, &st, err);
     if (rc)
         return rc;
-    sqlite3_bind_int64(st, 1, run);
     rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         *has = 1;
@@ -298,10 +297,9 @@ static int show_metrics(hearth_db *db, int64_t run, entries *e, hearth_err *err)
         "first_loss", "last_loss",
     };
     sqlite3_stmt *st;
-    int rc = db_prepare(db, sql, &st, err);
+    int rc = db_prepare_int64(db, sql, run, &st, err);
     if (rc)
         return rc;
-    sqlite3_bind_int64(st, 1, run);
     if (sqlite3_step(st) == SQLITE_ROW) {
         for (int i = 0; i < 7; i++) {
             report_cell c = cell_of_column(st, i, 0);
@@ -321,10 +319,9 @@ static int show_events(hearth_db *db, int64_t run, entries *e, hearth_err *err)
         "SELECT at, from_state, to_state, attempt, backend_job_id, exit_code, note "
         "FROM run_events WHERE run = ?1 ORDER BY id";
     sqlite3_stmt *st;
-    int rc = db_prepare(db, sql, &st, err);
+    int rc = db_prepare_int64(db, sql, run, &st, err);
     if (rc)
         return rc;
-    sqlite3_bind_int64(st, 1, run);
     long n = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         char key[32], *text = NULL;
@@ -351,12 +348,7 @@ static int show_events(hearth_db *db, int64_t run, entries *e, hearth_err *err)
             break;
         }
     }
-    if (rc == SQLITE_DONE)
-        rc = 0;
-    else if (rc == SQLITE_NOMEM)
-        rc = herr_set(err, HERR_NOMEM, "out of memory");
-    else
-        rc = db_fail(db, err, "reading run events");
+    rc = db_rows_end(db, rc, "reading run events", err);
     db_stmt_done(st);
     return rc;
 }

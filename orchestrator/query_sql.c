@@ -363,6 +363,15 @@ static const char *stype_name(stype t)
     return "value";
 }
 
+static int infer(cctx *c, const expr_node *e, stype *out);
+
+/* Static types of a binary node's two operands, left first. */
+static int infer_operands(cctx *c, const expr_node *e, stype *l, stype *r)
+{
+    int rc = infer(c, e->lhs, l);
+    return rc ? rc : infer(c, e->rhs, r);
+}
+
 /* Static type of a node; resolves (and joins) keys on the way. */
 static int infer(cctx *c, const expr_node *e, stype *out)
 {
@@ -397,9 +406,7 @@ static int infer(cctx *c, const expr_node *e, stype *out)
     case EXPR_BINARY:
         if (expr_op_class(e->op) == 3) {
             stype l, r;
-            int rc = infer(c, e->lhs, &l);
-            if (!rc)
-                rc = infer(c, e->rhs, &r);
+            int rc = infer_operands(c, e, &l, &r);
             if (rc)
                 return rc;
             if (l == T_STR || l == T_BOOL || r == T_STR || r == T_BOOL)
@@ -469,9 +476,7 @@ static int compile_operand(cctx *c, const expr_node *e, stype t, sbuf *b)
 static int compile_cmp(cctx *c, const expr_node *e, sbuf *b)
 {
     stype l, r;
-    int rc = infer(c, e->lhs, &l);
-    if (!rc)
-        rc = infer(c, e->rhs, &r);
+    int rc = infer_operands(c, e, &l, &r);
     if (rc)
         return rc;
     int ordering = e->op != EXPR_OP_EQ && e->op != EXPR_OP_NE;

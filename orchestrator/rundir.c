@@ -91,6 +91,13 @@ void rundir_job_free(rundir_job *j)
     free(j->setup);
     free(j->config_hash);
     free(j->after_experiment);
+    free(j->partition);
+    free(j->account);
+    free(j->qos);
+    free(j->constraint);
+    for (int i = 0; i < j->n_sbatch; i++)
+        free(j->sbatch[i]);
+    free(j->sbatch);
     memset(j, 0, sizeof *j);
 }
 
@@ -116,7 +123,15 @@ int rundir_job_copy(rundir_job *out, const rundir_job *in, hearth_err *err)
              dup_str(&out->backend, in->backend) || dup_str(&out->trainer, in->trainer) ||
              dup_str(&out->workdir, in->workdir) ||
              dup_str(&out->config_hash, in->config_hash) ||
-             dup_str(&out->after_experiment, in->after_experiment);
+             dup_str(&out->after_experiment, in->after_experiment) ||
+             dup_str(&out->partition, in->partition) || dup_str(&out->account, in->account) ||
+             dup_str(&out->qos, in->qos) || dup_str(&out->constraint, in->constraint);
+    if (!rc && in->n_sbatch) {
+        out->sbatch = calloc((size_t)in->n_sbatch, sizeof *out->sbatch);
+        rc = !out->sbatch;
+        for (int i = 0; !rc && i < in->n_sbatch; i++, out->n_sbatch++)
+            rc = dup_str(&out->sbatch[i], in->sbatch[i]);
+    }
     if (!rc && in->n_setup) {
         out->setup = calloc((size_t)in->n_setup, sizeof *out->setup);
         rc = !out->setup;
@@ -139,12 +154,20 @@ static json_t *job_to_json(const rundir_job *j)
     if (j->after_experiment)
         after = json_pack("{s:s, s:s}", "experiment", j->after_experiment, "on",
                           j->after_any ? "any" : "ok");
-    return json_pack("{s:s?, s:s?, s:s?, s:s?, s:s?, s:o, s:s?, s:i, s:I, s:i, s:i, s:i, s:o}",
+    json_t *sb = json_array();
+    for (int i = 0; sb && i < j->n_sbatch; i++)
+        json_array_append_new(sb, json_string(j->sbatch[i]));
+    json_t *slurm = json_pack("{s:s?, s:s?, s:s?, s:s?, s:o}", "partition", j->partition,
+                              "account", j->account, "qos", j->qos, "constraint",
+                              j->constraint, "sbatch", sb);
+    return json_pack("{s:s?, s:s?, s:s?, s:s?, s:s?, s:o, s:s?, s:i, s:I, s:i, s:i, s:i, s:o, "
+                     "s:o}",
                      "run_id", j->run_id, "experiment", j->experiment, "backend", j->backend,
                      "trainer", j->trainer, "workdir", j->workdir, "setup", setup,
                      "config_hash", j->config_hash, "cpus_per_task", j->cpus_per_task,
                      "time_limit_s", (json_int_t)j->time_limit_s, "retries", j->retries,
-                     "repeat", j->repeat, "max_concurrent", j->max_concurrent, "after", after);
+                     "repeat", j->repeat, "max_concurrent", j->max_concurrent, "after", after,
+                     "slurm", slurm);
 }
 
 static int get_str(json_t *o, const char *key, char **out, int required, const char *path,
@@ -240,6 +263,32 @@ int rundir_job_read(const char *run_dir, rundir_job *j, hearth_err *err)
             rc = get_str(after, "on", &on, 0, path, err);
         j->after_any = on && strcmp(on, "any") == 0;
         free(on);
+    }
+    json_t *slurm = rc ? NULL : json_object_get(o, "slurm");
+    if (!rc && slurm && json_is_object(slurm)) {
+        rc = get_str(slurm, "partition", &j->partition, 0, path, err);
+        if (!rc)
+            rc = get_str(slurm, "account", &j->account, 0, path, err);
+        if (!rc)
+            rc = get_str(slurm, "qos", &j->qos, 0, path, err);
+        if (!rc)
+            rc = get_str(slurm, "constraint", &j->constraint, 0, path, err);
+        json_t *sb = rc ? NULL : json_object_get(slurm, "sbatch");
+        if (!rc && sb && json_is_array(sb) && json_array_size(sb)) {
+            j->sbatch = calloc(json_array_size(sb), sizeof *j->sbatch);
+            if (!j->sbatch)
+                rc = herr_set(err, HERR_NOMEM, "out of memory");
+            for (size_t i = 0; !rc && i < json_array_size(sb); i++) {
+                json_t *opt = json_array_get(sb, i);
+                if (!json_is_string(opt))
+                    rc = herr_set(err, HERR_CONFIG, "%s: slurm.sbatch[%zu]: expected a string",
+                                  path, i);
+                else if (!(j->sbatch[i] = strdup(json_string_value(opt))))
+                    rc = herr_set(err, HERR_NOMEM, "out of memory");
+                else
+                    j->n_sbatch++;
+            }
+        }
     }
     json_decref(o);
     j->cpus_per_task = (int)(cpus > 4096 ? 4096 : cpus);

@@ -40,6 +40,11 @@ typedef struct {
     int max_concurrent;       /* 0: no limit */
     char *after_experiment;   /* NULL: none */
     int after_any;            /* after.on: any (else ok) */
+    /* Slurm only (job.json "slurm"): resources.partition, .account, .qos, .constraint
+     * (NULL: unset) and resources.sbatch (extra sbatch options, passed as they are). */
+    char *partition, *account, *qos, *constraint;
+    int n_sbatch;
+    char **sbatch;
 } rundir_job;
 
 void rundir_job_free(rundir_job *j);

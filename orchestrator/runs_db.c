@@ -24,31 +24,16 @@ static void bind_opt_text(sqlite3_stmt *st, int i, const char *s)
         sqlite3_bind_null(st, i);
 }
 
-/* Runs a prepared write statement to completion. */
-static int step_done(hearth_db *db, sqlite3_stmt *st, const char *what, hearth_err *err)
-{
-    int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(db, err, what);
-    db_stmt_done(st);
-    return rc;
-}
-
 int runs_db_experiment_find(hearth_db *db, const char *name, int64_t *id, hearth_err *err)
 {
     static const char sql[] = "SELECT id FROM experiments WHERE name = ?1";
     sqlite3_stmt *st;
-    int rc = db_prepare(db, sql, &st, err);
-    if (rc)
-        return rc;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
+    int rc = db_row_text(db, sql, name, &st, "looking up an experiment", err);
+    if (rc == 1) {
         if (id)
             *id = sqlite3_column_int64(st, 0);
-        rc = 1;
-    } else {
-        rc = rc == SQLITE_DONE ? 0 : db_fail(db, err, "looking up an experiment");
+        db_stmt_done(st);
     }
-    db_stmt_done(st);
     return rc;
 }
 
@@ -64,10 +49,9 @@ int runs_db_experiment_upsert(hearth_db *db, const char *name, const char *spec_
         "spec_text = coalesce(excluded.spec_text, spec_text), "
         "updated_at = " NOW " RETURNING id";
     sqlite3_stmt *st;
-    int rc = db_prepare(db, sql, &st, err);
+    int rc = db_prepare_text(db, sql, name, &st, err);
     if (rc)
         return rc;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     bind_opt_text(st, 2, spec_path);
     bind_opt_text(st, 3, spec_text);
     if (sqlite3_step(st) == SQLITE_ROW) {
@@ -94,7 +78,7 @@ static int hash_ok(const char *h)
 static int insert_run(hearth_db *db, const run_new *r, json_t *config, char **run_id,
                       int64_t *pk, hearth_err *err)
 {
-    int64_t exp;
+    int64_t exp = 0;   /* set when found; the compiler cannot see that through db_row_text */
     int rc = runs_db_experiment_find(db, r->experiment, &exp, err);
     if (rc < 0)
         return rc;
@@ -104,9 +88,8 @@ static int insert_run(hearth_db *db, const run_new *r, json_t *config, char **ru
     static const char next_sql[] =
         "SELECT coalesce(max(seq), 0) + 1 FROM runs WHERE experiment_id = ?1";
     sqlite3_stmt *st;
-    if ((rc = db_prepare(db, next_sql, &st, err)))
+    if ((rc = db_prepare_int64(db, next_sql, exp, &st, err)))
         return rc;
-    sqlite3_bind_int64(st, 1, exp);
     if (sqlite3_step(st) != SQLITE_ROW) {
         rc = db_fail(db, err, "numbering a run");
         db_stmt_done(st);
@@ -131,7 +114,7 @@ static int insert_run(hearth_db *db, const run_new *r, json_t *config, char **ru
     sqlite3_bind_text(st, 4, r->config_json, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 5, r->config_hash, -1, SQLITE_STATIC);
     bind_opt_text(st, 6, r->run_dir);
-    if ((rc = step_done(db, st, "recording a run", err))) {
+    if ((rc = db_step_done(db, st, "recording a run", err))) {
         free(id);
         return rc;
     }
@@ -180,13 +163,12 @@ static int update_run(hearth_db *db, const char *sql, const char *run_id, const 
                       const char *b, hearth_err *err)
 {
     sqlite3_stmt *st;
-    int rc = db_prepare(db, sql, &st, err);
+    int rc = db_prepare_text(db, sql, run_id, &st, err);
     if (rc)
         return rc;
-    sqlite3_bind_text(st, 1, run_id, -1, SQLITE_STATIC);
     bind_opt_text(st, 2, a);
     bind_opt_text(st, 3, b);
-    if ((rc = step_done(db, st, "updating a run", err)))
+    if ((rc = db_step_done(db, st, "updating a run", err)))
         return rc;
     if (sqlite3_changes(db_sqlite(db)) == 0)
         return herr_set(err, HERR_CONFIG, "no run named '%s'", run_id);
@@ -216,17 +198,9 @@ static int transition(hearth_db *db, const char *run_id, run_state to,
 {
     static const char get_sql[] = "SELECT id, state FROM runs WHERE run_id = ?1";
     sqlite3_stmt *st;
-    int rc = db_prepare(db, get_sql, &st, err);
-    if (rc)
-        return rc;
-    sqlite3_bind_text(st, 1, run_id, -1, SQLITE_STATIC);
-    rc = sqlite3_step(st);
-    if (rc != SQLITE_ROW) {
-        rc = rc == SQLITE_DONE ? herr_set(err, HERR_CONFIG, "no run named '%s'", run_id)
-                               : db_fail(db, err, "reading a run");
-        db_stmt_done(st);
-        return rc;
-    }
+    int rc = db_row_text(db, get_sql, run_id, &st, "reading a run", err);
+    if (rc != 1)
+        return rc ? rc : herr_set(err, HERR_CONFIG, "no run named '%s'", run_id);
     int64_t pk = sqlite3_column_int64(st, 0);
     run_state from;
     rc = run_state_parse((const char *)sqlite3_column_text(st, 1), &from, err);
@@ -252,9 +226,8 @@ static int transition(hearth_db *db, const char *run_id, run_state to,
         "  ELSE exit_code END "
         "WHERE id = ?1 "
         "RETURNING attempts, backend, backend_job_id";
-    if ((rc = db_prepare(db, upd_sql, &st, err)))
+    if ((rc = db_prepare_int64(db, upd_sql, pk, &st, err)))
         return rc;
-    sqlite3_bind_int64(st, 1, pk);
     sqlite3_bind_text(st, 2, run_state_name(to), -1, SQLITE_STATIC);
     bind_opt_text(st, 3, t ? t->backend : NULL);
     bind_opt_text(st, 4, t ? t->job_id : NULL);
@@ -283,7 +256,7 @@ static int transition(hearth_db *db, const char *run_id, run_state to,
         if (t && t->has_exit_code)
             sqlite3_bind_int(st, 7, t->exit_code);
         bind_opt_text(st, 8, t ? t->note : NULL);
-        rc = step_done(db, st, "recording a run event", err);
+        rc = db_step_done(db, st, "recording a run event", err);
     }
     free(backend);
     free(job);
@@ -361,18 +334,12 @@ int runs_db_get(hearth_db *db, const char *run_id, run_info *out, hearth_err *er
         "JOIN experiments e ON e.id = r.experiment_id WHERE r.run_id = ?1";
     memset(out, 0, sizeof *out);
     sqlite3_stmt *st;
-    int rc = db_prepare(db, sql, &st, err);
-    if (rc)
-        return rc;
-    sqlite3_bind_text(st, 1, run_id, -1, SQLITE_STATIC);
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
+    int rc = db_row_text(db, sql, run_id, &st, "reading a run", err);
+    if (rc == 1) {
         int r2 = read_run(st, out, 1, err);
+        db_stmt_done(st);
         rc = r2 ? r2 : 1;
-    } else {
-        rc = rc == SQLITE_DONE ? 0 : db_fail(db, err, "reading a run");
     }
-    db_stmt_done(st);
     return rc;
 }
 
@@ -392,10 +359,9 @@ int runs_db_list(hearth_db *db, const char *experiment, unsigned state_mask, run
     *out = NULL;
     *n = 0;
     sqlite3_stmt *st;
-    int rc = db_prepare(db, sql, &st, err);
+    int rc = db_prepare_text(db, sql, experiment, &st, err);
     if (rc)
         return rc;
-    sqlite3_bind_text(st, 1, experiment, -1, SQLITE_STATIC);
     run_info *v = NULL;
     size_t len = 0, cap = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -419,10 +385,7 @@ int runs_db_list(hearth_db *db, const char *experiment, unsigned state_mask, run
             break;
         len++;
     }
-    if (rc == SQLITE_DONE)
-        rc = 0;
-    else if (rc > 0)
-        rc = db_fail(db, err, "listing runs");
+    rc = db_rows_end(db, rc, "listing runs", err);
     db_stmt_done(st);
     if (rc) {
         runs_db_list_free(v, len);
@@ -456,10 +419,7 @@ int runs_db_state_counts(hearth_db *db, const char *experiment,
         }
         counts[s] = sqlite3_column_int64(st, 1);
     }
-    if (rc == SQLITE_DONE)
-        rc = 0;
-    else if (rc > 0)
-        rc = db_fail(db, err, "counting runs");
+    rc = db_rows_end(db, rc, "counting runs", err);
     db_stmt_done(st);
     return rc;
 }

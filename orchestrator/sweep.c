@@ -43,6 +43,8 @@ typedef struct {
     char tmpl_name[256];
     char progress[256];
     int line_open;            /* a \r progress line is on the terminal */
+    flight **batch;           /* submitted state recorded, waiting for submit_many */
+    size_t nbatch, capbatch;
 } sweeper;
 
 static double now_s(void)
@@ -173,6 +175,7 @@ static void backend_job_of(const flight *f, backend_job *bj)
     bj->script = f->script;
     bj->cpus_per_task = f->job.cpus_per_task;
     bj->time_limit_s = f->job.time_limit_s;
+    bj->max_concurrent = f->job.max_concurrent;
 }
 
 static int flights_add(sweeper *sw, flight *f)
@@ -218,7 +221,11 @@ int sweep_load_template(const char *backend_name, char *name, size_t name_size, 
                         hearth_err *err)
 {
     char file[128], path[4096];
-    snprintf(file, sizeof file, "%s.sh.tmpl", backend_name ? backend_name : "local");
+    /* slurm and slurmrest both run sbatch scripts */
+    const char *t = backend_name ? backend_name : "local";
+    if (strncmp(t, "slurm", 5) == 0)
+        t = "sbatch";
+    snprintf(file, sizeof file, "%s.sh.tmpl", t);
     int rc = render_find_template(file, path, sizeof path, err);
     if (!rc)
         rc = render_read_file(path, text, NULL, err);
@@ -345,6 +352,10 @@ static int finish(sweeper *sw, flight *f, const backend_event *ev)
         to = RUN_TIMEOUT;
         snprintf(note, sizeof note, "wall-time limit of %llds reached",
                  (long long)f->job.time_limit_s);
+        break;
+    case BACKEND_REQUEUE:
+        to = RUN_REQUEUED;
+        snprintf(note, sizeof note, "ended by the scheduler (node failure or preemption)");
         break;
     case BACKEND_VANISHED:
         to = RUN_FAILED;
@@ -525,6 +536,23 @@ static int launch(sweeper *sw, const char *run_id)
         rc = rc < 0 ? rc : 0;
         goto done;
     }
+    if (sw->b->ops->submit_many) {
+        /* Started with the others of this round by batch_submit. */
+        if (sw->nbatch == sw->capbatch) {
+            size_t cap = sw->capbatch ? 2 * sw->capbatch : 64;
+            flight **g = realloc(sw->batch, cap * sizeof *g);
+            if (!g) {
+                rc = herr_set(sw->err, HERR_NOMEM, "out of memory");
+                goto done;
+            }
+            sw->batch = g;
+            sw->capbatch = cap;
+        }
+        sw->batch[sw->nbatch++] = f;
+        f = NULL;
+        rc = 0;
+        goto done;
+    }
     backend_job bj;
     backend_job_of(f, &bj);
     if (sw->b->ops->submit(sw->b, &bj, f, f->job_id, &jerr)) {
@@ -545,6 +573,58 @@ static int launch(sweeper *sw, const char *run_id)
 done:
     flight_free(f);
     run_info_free(&ri);
+    return rc;
+}
+
+/* Starts the runs launch() collected, with one submit_many: each started one is in flight
+ * and running, the others failed with the backend's reason. */
+static int batch_submit(sweeper *sw)
+{
+    size_t n = sw->nbatch;
+    if (n == 0)
+        return 0;
+    backend_job *bj = calloc(n, sizeof *bj);
+    void **tags = calloc(n, sizeof *tags);
+    char (*ids)[BACKEND_JOB_ID_MAX] = calloc(n, sizeof *ids);
+    int rc = 0;
+    if (!bj || !tags || !ids)
+        rc = herr_set(sw->err, HERR_NOMEM, "out of memory");
+    size_t done = 0;
+    hearth_err jerr = { { 0 } };
+    if (!rc) {
+        for (size_t i = 0; i < n; i++) {
+            backend_job_of(sw->batch[i], &bj[i]);
+            tags[i] = sw->batch[i];
+        }
+        if (sw->b->ops->submit_many(sw->b, bj, tags, n, ids, &done, &jerr) == 0)
+            done = n;
+    }
+    for (size_t i = 0; i < n; i++) {
+        flight *f = sw->batch[i];
+        int r = 0;
+        if (rc || i >= done) {
+            r = fail_run(sw, f->run_id, rc ? sw->err->msg : jerr.msg);
+            flight_free(f);
+        } else {
+            snprintf(f->job_id, sizeof f->job_id, "%s", ids[i]);
+            if ((r = flights_add(sw, f))) {
+                sw->b->ops->cancel(sw->b, &bj[i], f->job_id, NULL);
+                flight_free(f);
+            } else {
+                run_transition tr = { .job_id = f->job_id };
+                int m = move(sw, f->run_id, RUN_RUNNING, &tr);
+                if (m == 1)   /* cancelled while it was being started: stop it again */
+                    sw->b->ops->cancel(sw->b, &bj[i], f->job_id, NULL);
+                r = m < 0 ? m : 0;
+            }
+        }
+        if (r && !rc)
+            rc = r;
+    }
+    sw->nbatch = 0;
+    free(bj);
+    free(tags);
+    free(ids);
     return rc;
 }
 
@@ -577,7 +657,8 @@ static int reconcile_one(sweeper *sw, const run_info *ri)
             flight_free(f);
             return rc;
         }
-        say(sw, "%s: its job (pid %s) is still running; waiting for it", ri->run_id, f->job_id);
+        say(sw, "%s: its job (%s %s) is still running; waiting for it", ri->run_id,
+            strcmp(sw->b->ops->name, "local") ? "job" : "pid", f->job_id);
         if (ri->state == RUN_SUBMITTED) {
             run_transition t = { .job_id = f->job_id };
             rc = move(sw, ri->run_id, RUN_RUNNING, &t);
@@ -676,9 +757,13 @@ static void choose_limit(sweeper *sw)
     if (cpus < 1)
         cpus = 1;
     int limit = sw->o->jobs;
+    int queued = strcmp(sw->b->ops->name, "local") != 0;   /* a scheduler queues them */
+    if (limit <= 0 && queued)
+        limit = 1000000;
     if (limit <= 0)
         limit = (int)(cpus / (have && j.cpus_per_task > 0 ? j.cpus_per_task : 1));
-    if (have && j.max_concurrent > 0 && limit > j.max_concurrent)
+    /* A backend that submits batches throttles them itself (Slurm: array %N). */
+    if (have && j.max_concurrent > 0 && limit > j.max_concurrent && !sw->b->ops->submit_many)
         limit = j.max_concurrent;
     sw->limit = limit < 1 ? 1 : limit;
     if (have)
@@ -697,6 +782,24 @@ int sweep_run(hearth_db *db, backend *b, const sweep_opts *o, sweep_result *res,
     sw.res = res;
     sw.err = err;
     int rc = reconcile(&sw);
+    if (!rc && o->once) {
+        /* One look at the jobs reconcile found: ingest those that ended, leave the rest. */
+        backend_event ev1[32];
+        size_t n = 0;
+        if (sw.nfl)
+            rc = b->ops->poll(b, 0, ev1, sizeof ev1 / sizeof ev1[0], &n, err);
+        for (size_t i = 0; i < n && !rc; i++) {
+            flight *f = ev1[i].tag;
+            flights_remove(&sw, f);
+            rc = finish(&sw, f, &ev1[i]);
+            flight_free(f);
+        }
+        for (size_t i = 0; i < sw.nfl; i++)
+            flight_free(sw.fl[i]);
+        free(sw.fl);
+        free(sw.tmpl);
+        return rc;
+    }
     if (!rc)
         rc = queue_load(&sw);
     if (!rc)
@@ -715,7 +818,7 @@ int sweep_run(hearth_db *db, backend *b, const sweep_opts *o, sweep_result *res,
             }
         }
         waiting_after = 0;
-        while (!stopping && !rc && sw.nfl < (size_t)sw.limit) {
+        while (!stopping && !rc && sw.nfl + sw.nbatch < (size_t)sw.limit) {
             if (sw.qi >= sw.qn && (sw.need_reload || now_s() - sw.last_reload >= 2.0)) {
                 if ((rc = queue_load(&sw)))
                     break;
@@ -731,6 +834,11 @@ int sweep_run(hearth_db *db, backend *b, const sweep_opts *o, sweep_result *res,
             } else {
                 sw.qi++;
             }
+        }
+        if (sw.nbatch) {
+            int r = batch_submit(&sw);
+            if (!rc)
+                rc = r;
         }
         if (rc)
             break;
@@ -772,6 +880,9 @@ int sweep_run(hearth_db *db, backend *b, const sweep_opts *o, sweep_result *res,
     for (size_t i = 0; i < sw.nfl; i++)
         flight_free(sw.fl[i]);
     free(sw.fl);
+    for (size_t i = 0; i < sw.nbatch; i++)
+        flight_free(sw.batch[i]);
+    free(sw.batch);
     queue_clear(&sw);
     free(sw.tmpl);
     return rc;

@@ -41,6 +41,8 @@ typedef struct {
     FILE *progress;                  /* live progress and per-run messages; NULL: quiet */
     int progress_tty;                /* rewrite one line with \r instead of printing lines */
     volatile sig_atomic_t *stop;     /* when set: cancel running jobs, start no more */
+    int once;                        /* reconcile and poll once, start nothing (what
+                                        `hearth status` does for a queued backend) */
 } sweep_opts;
 
 typedef struct {

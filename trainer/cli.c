@@ -7,6 +7,7 @@ void cli_usage(FILE *f)
 {
     fputs("usage: hearth-train --config FILE --out DIR [--set KEY=VALUE]...\n"
           "       hearth-train --set model=PRESET [--set KEY=VALUE]... --out DIR\n"
+          "       hearth-train --check-bootstrap\n"
           "       hearth-train --help | --version\n"
           "\n"
           "Trains the model described by the run config FILE (YAML) and writes\n"
@@ -16,6 +17,10 @@ void cli_usage(FILE *f)
           "  --out DIR          run directory, created if missing\n"
           "  --set KEY=VALUE    override a config key, dotted (train.steps=10); repeatable,\n"
           "                     applied in order after the file\n"
+          "  --check-bootstrap  join the job (PMIx under srun --mpi=pmix or mpirun, else\n"
+          "                     RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, else one rank),\n"
+          "                     exchange a blob with every rank, print what arrived;\n"
+          "                     exit 0 only if every rank saw the same consistent blobs\n"
           "  --help             this text\n"
           "  --version          print the version\n"
           "\n"
@@ -93,6 +98,8 @@ int cli_parse(cli_args *a, int argc, char **argv, hearth_err *err)
             a->help = 1;
         } else if (!strcmp(arg, "--version")) {
             a->version = 1;
+        } else if (!strcmp(arg, "--check-bootstrap")) {
+            a->check_bootstrap = 1;
         } else if (opt_value("--config", argc, argv, &i, &val, err, &rc)) {
             if (rc)
                 return rc;
@@ -122,6 +129,11 @@ int cli_parse(cli_args *a, int argc, char **argv, hearth_err *err)
     }
     if (a->help || a->version)
         return 0;
+    if (a->check_bootstrap) {
+        if (a->config || a->out_dir || a->n_ovr)
+            return herr_set(err, HERR_CONFIG, "--check-bootstrap: takes no other option");
+        return 0;
+    }
     if (!a->out_dir)
         return herr_set(err, HERR_CONFIG, "--out: missing (the run directory is required)");
     if (!a->config && a->n_ovr == 0)

@@ -2,6 +2,7 @@
  *
  *   hearth-train --config FILE --out DIR [--set KEY=VALUE]...
  *   hearth-train --set model=tiny-vlm --out DIR          (no file: overrides only)
+ *   hearth-train --check-bootstrap                        (see bootstrap.h)
  *   hearth-train --help | --version
  *
  * Options also take the --opt=VALUE form.  Usage errors are HERR_CONFIG (exit 2). */
@@ -20,6 +21,7 @@ typedef struct {
     int n_ovr;
     char **ovr_text;           /* [n_ovr] malloc'd copies "KEY\0VALUE" */
     int help, version;
+    int check_bootstrap;       /* --check-bootstrap: no --out or config needed */
 } cli_args;
 
 /* Parses argv; on success the caller frees with cli_args_free (also after an error). */

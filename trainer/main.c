@@ -1,6 +1,7 @@
 /* hearth-train: trains a vision-language model from a run config (see cli.h, run.h). */
 #include <stdio.h>
 
+#include "bootstrap.h"
 #include "cli.h"
 #include "run.h"
 #include "version.h"
@@ -25,6 +26,10 @@ int main(int argc, char **argv)
         printf("%s\n", version_line());
         cli_args_free(&a);
         return RUN_EXIT_DONE;
+    }
+    if (a.check_bootstrap) {
+        cli_args_free(&a);
+        return bootstrap_check_main(stdout, stderr);
     }
     rc = run_main(&a);
     cli_args_free(&a);

@@ -11,6 +11,7 @@
 #include <ctype.h>
 #include <float.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <openssl/evp.h>
 #include <stdio.h>
@@ -461,6 +462,494 @@ static void test_shortest_numbers(void **state)
     assert_string_equal(buf, "1e-06");
 }
 
+/* ---- the fast writers against the plain ways --------------------------------------
+ * The canonical text is written directly (run_json.c, canon_json.c) for speed; these
+ * compare it, on fresh random inputs, with the plain definitions: printf loops for the
+ * numbers, a jansson tree dumped with sorted keys for the whole config. */
+
+/* The number texts as defined: the smallest "%.*g" precision that reads back. */
+static void ref_double(double v, char *buf, size_t size)
+{
+    if (v == floor(v) && fabs(v) < 1e15) {
+        snprintf(buf, size, "%.1f", v);
+        return;
+    }
+    for (int p = 1; p <= 17; p++) {
+        snprintf(buf, size, "%.*g", p, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    if (!strpbrk(buf, ".eEni"))
+        strcat(buf, ".0");
+}
+
+static void ref_float(float v, char *buf, size_t size)
+{
+    for (int p = 1; p <= 9; p++) {
+        snprintf(buf, size, "%.*g", p, (double)v);
+        if (strtof(buf, NULL) == v)
+            break;
+    }
+    if (!strpbrk(buf, ".eEni"))
+        strcat(buf, ".0");
+}
+
+/* Doubles of the kinds that are hard to print: any bit pattern, short decimals, exact
+ * decimal ties (x.5, dyadic fractions), neighbours of powers of ten, integers near 1e15,
+ * subnormals. */
+static double random_double(tu_rng *r)
+{
+    switch (tu_randint(r, 0, 9)) {
+    case 0: {
+        uint64_t bits = tu_next(r);
+        double d;
+        memcpy(&d, &bits, sizeof d);
+        return d;
+    }
+    case 1: return tu_randint(r, 1, 100000) * pow(10, tu_randint(r, -25, 25));
+    case 2: return tu_randint(r, -100000, 100000) + 0.5;
+    case 3: return ldexp((double)(tu_next(r) >> tu_randint(r, 11, 60)) + 0.5, tu_randint(r, -60, 10));
+    case 4: return ldexp(1.0, tu_randint(r, -1074, 1024));
+    case 5: return nextafter(pow(10, tu_randint(r, -30, 30)),
+                             tu_randint(r, 0, 2) ? INFINITY : -INFINITY);
+    case 6: return 1e15 + tu_randint(r, -20, 20) + 0.25 * tu_randint(r, 0, 4);
+    case 7: return (double)tu_randint(r, 1, 1000) / tu_randint(r, 1, 1000) *
+                   pow(10, tu_randint(r, -20, 20));
+    default: return (tu_randint(r, 0, 2) ? 1 : -1) * tu_randint(r, 0, 1000) *
+                    pow(10, tu_randint(r, -8, 4));
+    }
+}
+
+static float random_float(tu_rng *r)
+{
+    switch (tu_randint(r, 0, 4)) {
+    case 0: {
+        uint32_t bits = (uint32_t)tu_next(r);
+        float f;
+        memcpy(&f, &bits, sizeof f);
+        return f;
+    }
+    case 1: return ldexpf(1.0f, tu_randint(r, -149, 128));
+    case 2: return (float)(tu_randint(r, 1, 100000) * pow(10, tu_randint(r, -45, 38)));
+    default: return (float)random_double(r);
+    }
+}
+
+static void test_numbers_match_printf(void **state)
+{
+    (void)state;
+    tu_rng r = tu_rng_fresh();
+    char got[64], want[64], buf[64];
+    for (int i = 0; i < 20000; i++) {
+        double d = random_double(&r);
+        if (i % 1000 == 0)
+            d = i % 2000 ? NAN : -INFINITY;
+        ref_double(d, want, sizeof want);
+        size_t n = canon_format_double(d, got);
+        if (strcmp(got, want) || n != strlen(want))
+            fail_msg("double %a: %s, printf gives %s (seed %llu)", d, got, want,
+                     (unsigned long long)r.seed);
+        float f = random_float(&r);
+        ref_float(f, want, sizeof want);
+        n = canon_format_float(f, got);
+        if (strcmp(got, want) || n != strlen(want))
+            fail_msg("float %a: %s, printf gives %s (seed %llu)", (double)f, got, want,
+                     (unsigned long long)r.seed);
+        shape_format_float(f, buf, sizeof buf);
+        assert_string_equal(buf, want);
+        /* strtod(printf("%.*g")) without the text (run_config_derive's min_lr) */
+        int digits = tu_randint(&r, 1, 18);
+        snprintf(buf, sizeof buf, "%.*g", digits, d);
+        double a = strtod(buf, NULL), b = canon_round_digits(d, digits);
+        if (memcmp(&a, &b, sizeof a) && !(isnan(a) && isnan(b)))
+            fail_msg("%a to %d digits: %a, printf and strtod give %a (seed %llu)", d, digits, b,
+                     a, (unsigned long long)r.seed);
+    }
+}
+
+/* The old way to the same text: a jansson tree from the key tables, dumped sorted. */
+static json_t *ref_parent(json_t *root, const char *key, char *leaf, size_t size)
+{
+    json_t *o = root;
+    const char *p = key;
+    for (const char *dot; (dot = strchr(p, '.')); p = dot + 1) {
+        char part[64];
+        snprintf(part, sizeof part, "%.*s", (int)(dot - p), p);
+        json_t *next = json_object_get(o, part);
+        if (!next) {
+            next = json_object();
+            json_object_set_new(o, part, next);
+        }
+        if (!json_is_object(next))
+            return NULL;
+        o = next;
+    }
+    snprintf(leaf, size, "%s", p);
+    return o;
+}
+
+static json_t *ref_ints(const int *v, int n)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(a, json_integer(v[i]));
+    return a;
+}
+
+static json_t *ref_field(const field_desc *f, const void *base)
+{
+    const char *p = (const char *)base + f->off;
+    char buf[64];
+    switch (f->type) {
+    case FT_INT: return json_integer(*(const int *)p);
+    case FT_I64: return json_integer((json_int_t) * (const int64_t *)p);
+    case FT_DOUBLE: return json_real(*(const double *)p);
+    case FT_FLOAT:
+        ref_float(*(const float *)p, buf, sizeof buf);
+        return json_real(strtod(buf, NULL));
+    case FT_BOOL: return json_boolean(*(const int *)p);
+    case FT_ENUM: {
+        int v = *(const int *)p, n = 0;
+        while (f->names[n])
+            n++;
+        return json_string(v >= 0 && v < n ? f->names[v] : "?");
+    }
+    case FT_STR: return json_stringn_nocheck(p, strlen(p));
+    case FT_INT3: return ref_ints((const int *)p, 3);
+    case FT_INTLIST: {
+        int n = *(const int *)((const char *)base + f->count_off);
+        n = n < 0 ? 0 : (size_t)n > f->size ? (int)f->size : n;
+        return ref_ints((const int *)p, n);
+    }
+    case FT_BIAS_ALL: break;
+    }
+    return NULL;
+}
+
+static int ref_rows(json_t *root, const field_desc *t, int n, const void *base, unsigned skip)
+{
+    for (int i = 0; i < n; i++) {
+        if ((t[i].flags & FIELD_NO_JSON) || (skip & (1u << t[i].comp)))
+            continue;
+        char leaf[64];
+        json_t *parent = ref_parent(root, t[i].key, leaf, sizeof leaf), *v = ref_field(&t[i], base);
+        if (!parent || !v) {
+            json_decref(v);
+            return -1;
+        }
+        json_object_set_new(parent, leaf, v);
+    }
+    return 0;
+}
+
+/* NULL where the config holds a nan or inf (JSON has no such numbers). */
+static char *ref_json(const run_config *c)
+{
+    json_t *root = json_object(), *model = json_object();
+    json_object_set_new(root, "model", model);
+    int nc, nm;
+    const field_desc *tc = config_fields(&nc), *tm = model_fields(&nm);
+    unsigned skip = 0;
+    if (!c->model.encoder.present) {
+        skip |= 1u << COMP_ENCODER;
+        json_object_set_new(model, "encoder", json_null());
+    }
+    if (!c->model.projector.present) {
+        skip |= 1u << COMP_PROJECTOR;
+        json_object_set_new(model, "projector", json_null());
+    }
+    char *s = NULL;
+    if (!ref_rows(root, tc, nc, c, 0) && !ref_rows(model, tm, nm, &c->model, skip)) {
+        json_object_set_new(root, "model_preset",
+                            json_stringn_nocheck(c->model_preset, strlen(c->model_preset)));
+        s = canon_json_dump(root);
+    }
+    json_decref(root);
+    return s;
+}
+
+static void random_text(tu_rng *r, char *p, size_t size)
+{
+    size_t n = (size_t)tu_randint(r, 0, tu_randint(r, 0, 4) ? 24 : (int)size);
+    for (size_t i = 0; i < n; i++) {
+        int k = tu_randint(r, 0, 8);
+        p[i] = (char)(k == 0 ? tu_randint(r, 1, 32) : k == 1 ? '"' : k == 2 ? '\\'
+                      : k == 3 ? tu_randint(r, 128, 256) : tu_randint(r, 32, 127));
+    }
+    p[n] = '\0';
+}
+
+/* Any value a row can hold, in range or not (the writer must not care). */
+static void randomize(tu_rng *r, const field_desc *f, void *base)
+{
+    char *p = (char *)base + f->off;
+    switch (f->type) {
+    case FT_INT: *(int *)p = tu_randint(r, 0, 4) ? tu_randint(r, -1000, 100000) : (int)tu_next(r); break;
+    case FT_I64: *(int64_t *)p = (int64_t)tu_next(r); break;
+    case FT_DOUBLE: *(double *)p = tu_randint(r, 0, 50) ? random_double(r) : NAN; break;
+    case FT_FLOAT: *(float *)p = random_float(r); break;
+    case FT_BOOL: *(int *)p = tu_randint(r, -2, 3); break;
+    case FT_ENUM: {
+        int n = 0;
+        while (f->names[n])
+            n++;
+        *(int *)p = tu_randint(r, -2, n + 2);
+        break;
+    }
+    case FT_STR: random_text(r, p, f->size); break;
+    case FT_INT3: for (int i = 0; i < 3; i++) ((int *)p)[i] = tu_randint(r, -50, 5000); break;
+    case FT_INTLIST:
+        *(int *)((char *)base + f->count_off) = tu_randint(r, -3, (int)f->size + 4);
+        for (size_t i = 0; i < f->size; i++)
+            ((int *)p)[i] = tu_randint(r, -100, 100000);
+        break;
+    case FT_BIAS_ALL: break;
+    }
+}
+
+static void test_json_matches_jansson(void **state)
+{
+    (void)state;
+    tu_rng r = tu_rng_fresh();
+    const char *presets[] = { "tiny-vlm", "tiny-vlm-moe", "gpt2-124m" };
+    run_config base[3];
+    for (int p = 0; p < 3; p++) {
+        char yaml[64];
+        snprintf(yaml, sizeof yaml, "model: %s\n", presets[p]);
+        parse_ok(&base[p], yaml, NULL, r.seed);
+    }
+    int nc, nm;
+    const field_desc *tc = config_fields(&nc), *tm = model_fields(&nm);
+    for (int iter = 0; iter < 400; iter++) {
+        run_config c = base[tu_randint(&r, 0, 3)];
+        int rate = tu_randint(&r, 0, 5);   /* none, all, or about 1 row in 2^(rate-1) */
+        for (int k = 0; rate && k < nc + nm; k++)
+            if (tu_randint(&r, 0, 1 << (rate - 1)) == 0)
+                randomize(&r, k < nc ? &tc[k] : &tm[k - nc], k < nc ? (void *)&c : (void *)&c.model);
+        if (tu_randint(&r, 0, 4) == 0)
+            c.model.encoder.present = !c.model.encoder.present;
+        if (tu_randint(&r, 0, 4) == 0)
+            c.model.projector.present = !c.model.projector.present;
+        if (tu_randint(&r, 0, 8) == 0)
+            random_text(&r, c.model_preset, sizeof c.model_preset);
+        char *want = ref_json(&c);
+        hearth_err err = { { 0 } };
+        char *got = run_config_canonical_json(&c, &err);
+        if (!want != !got || (want && strcmp(want, got)))
+            fail_msg("canonical JSON differs from the jansson dump (seed %llu)\n%s\n%s",
+                     (unsigned long long)r.seed, got ? got : err.msg, want ? want : "(fails)");
+        char h[65];
+        int rc = run_config_hash(&c, h, &err);
+        if (!want) {
+            assert_int_not_equal(rc, 0);
+        } else {
+            unsigned char md[32];
+            unsigned int len = 0;
+            char hex[65];
+            assert_int_equal(rc, 0);
+            assert_int_equal(EVP_Digest(want, strlen(want), md, &len, EVP_sha256(), NULL), 1);
+            for (int i = 0; i < 32; i++)
+                snprintf(hex + 2 * i, 3, "%02x", md[i]);
+            assert_string_equal(h, hex);
+        }
+        free(want);
+        free(got);
+    }
+}
+
+/* run_json.c's precomputed key order is the sorted order of today's key tables. */
+static void test_key_order_current(void **state)
+{
+    (void)state;
+    char *fix = NULL;
+    if (run_json_order_check(&fix)) {
+        /* not an error in the product (it sorts per call then), but slow: regenerate */
+        fprintf(stderr, "key_order in trainer/shape/run_json.c is out of date; replace it "
+                "with:\n%s", fix ? fix : "(out of memory)\n");
+        free(fix);
+        fail_msg("key_order in trainer/shape/run_json.c does not fit the key tables");
+    }
+    assert_null(fix);
+}
+
+/* canon_tree: members in canonical order nest into the same text canon_json_dump gives;
+ * any other order, a repeated key or a name that is both a value and an object is
+ * refused before it is written. */
+static int dotted_before(const void *pa, const void *pb)
+{
+    const char *a = *(const char *const *)pa, *b = *(const char *const *)pb;
+    for (;; a++, b++) {
+        /* the end of a name, then '.', then every other byte */
+        unsigned ca = *a == '.' ? 1u : *a ? (unsigned char)*a + 1u : 0u;
+        unsigned cb = *b == '.' ? 1u : *b ? (unsigned char)*b + 1u : 0u;
+        if (ca != cb || !ca)
+            return (int)ca - (int)cb;
+    }
+}
+
+static void test_tree_order(void **state)
+{
+    (void)state;
+    tu_rng r = tu_rng_fresh();
+    const char *alphabet[] = { "a", "b", "ab", "a-b", "a_b", "B", "z", "\"q\"", "a\\b", "x\x01" };
+    for (int iter = 0; iter < 300; iter++) {
+        /* random dotted keys without a key that is also a section of another */
+        char pool[40][64];
+        const char *keys[40];
+        int n = 0;
+        for (int tries = 0; tries < 80 && n < 40; tries++) {
+            char k[64] = "";
+            int depth = tu_randint(&r, 1, 4);
+            for (int d = 0; d < depth; d++) {
+                if (d)
+                    strcat(k, ".");
+                strcat(k, alphabet[tu_randint(&r, 0, 10)]);
+            }
+            int clash = 0;
+            for (int i = 0; i < n && !clash; i++) {
+                size_t a = strlen(k), b = strlen(keys[i]);
+                clash = !strcmp(k, keys[i]) || (a < b && !strncmp(k, keys[i], a) && keys[i][a] == '.') ||
+                        (b < a && !strncmp(k, keys[i], b) && k[b] == '.');
+            }
+            if (!clash) {
+                snprintf(pool[n], sizeof pool[n], "%s", k);
+                keys[n] = pool[n];
+                n++;
+            }
+        }
+        qsort(keys, (size_t)n, sizeof *keys, dotted_before);
+        canon_buf b = { 0 };
+        canon_tree t;
+        canon_tree_begin(&t, &b);
+        json_t *root = json_object();
+        char pre[40][64];   /* the tree keeps pointers to the names until the end */
+        for (int i = 0; i < n; i++) {
+            const char *prefix = "";
+            const char *key = keys[i];
+            const char *dot = strchr(key, '.');
+            if (dot && tu_randint(&r, 0, 2)) {   /* also through a prefix */
+                snprintf(pre[i], sizeof pre[i], "%.*s", (int)(dot - key + 1), key);
+                prefix = pre[i];
+                key = dot + 1;
+            }
+            if (canon_tree_key(&t, prefix, key))
+fail_msg("sorted key %s refused (seed %llu)", keys[i], (unsigned long long)r.seed);
+            canon_put_int(&b, i);
+            char leaf[64];
+            json_object_set_new(ref_parent(root, keys[i], leaf, sizeof leaf), leaf, json_integer(i));
+        }
+        canon_tree_end(&t);
+        char *got = canon_buf_finish(&b), *want = canon_json_dump(root);
+        if (strcmp(got, want))
+            fail_msg("tree text differs (seed %llu)\n%s\n%s", (unsigned long long)r.seed, got, want);
+        free(got);
+        free(want);
+        json_decref(root);
+
+        /* swap two keys, repeat one, or write a value where a section is open */
+        if (n < 2)
+            continue;
+        int i = tu_randint(&r, 0, n - 1), kind = tu_randint(&r, 0, 3);
+        canon_buf b2 = { 0 };
+        canon_tree_begin(&t, &b2);
+        int refused = 0;
+        for (int k = 0; k <= i && !refused; k++)
+            refused = canon_tree_key(&t, "", keys[k]) != 0;
+        assert_false(refused);
+        char bad[64];
+        if (kind == 0) {
+            snprintf(bad, sizeof bad, "%s", keys[i]);   /* the same again */
+        } else if (kind == 1 && dotted_before(&keys[i + 1], &keys[i]) > 0) {
+            snprintf(bad, sizeof bad, "%s", keys[i]);
+            canon_tree_key(&t, "", keys[i + 1]);      /* then one before it */
+        } else {
+            snprintf(bad, sizeof bad, "%s", keys[i]);
+            char *dot = strrchr(bad, '.');
+            if (!dot)
+                snprintf(bad, sizeof bad, "%s", keys[i]);   /* no section: repeat */
+            else
+                *dot = '\0';                                /* its open section as a value */
+        }
+        size_t len = b2.len;
+        if (!canon_tree_key(&t, "", bad))
+            fail_msg("%s accepted after %s (seed %llu)", bad, keys[i], (unsigned long long)r.seed);
+        assert_int_equal(b2.len, len);
+        canon_buf_free(&b2);
+    }
+}
+
+/* run_config_derive by table row against the rules written with key names. */
+static int ref_auto(const unsigned char *is_auto, const char *key)
+{
+    int n;
+    const field_desc *t = config_fields(&n);
+    int i = field_find(t, n, key);
+    return i >= 0 && is_auto[i];
+}
+
+static void test_derive_rules(void **state)
+{
+    (void)state;
+    tu_rng r = tu_rng_fresh();
+    for (int iter = 0; iter < 20000; iter++) {
+        run_config c;
+        memset(&c, 0, sizeof c);
+        unsigned char is_auto[FIELDS_MAX];
+        for (int k = 0; k < FIELDS_MAX; k++)
+            is_auto[k] = tu_randint(&r, 0, 3) == 0;
+        c.device = tu_randint(&r, 0, 2);
+        c.comm = tu_randint(&r, 0, 2);
+        c.ranks = tu_randint(&r, 1, 300);
+        c.parallel.tp = tu_randint(&r, 1, 40);
+        c.parallel.cp = tu_randint(&r, 1, 4);
+        c.parallel.pp = tu_randint(&r, 1, 8);
+        c.parallel.dp = tu_randint(&r, 1, 9);
+        c.parallel.encoder.strategy = tu_randint(&r, 0, 4);
+        c.parallel.encoder.tp = tu_randint(&r, 1, 9);
+        c.train.micro_batch = tu_randint(&r, 1, 1 << 20);
+        c.train.global_batch = tu_randint(&r, 1, 9);
+        c.train.lr = tu_randint(&r, 0, 2) ? tu_randint(&r, 0, 1000) * pow(10, -tu_randint(&r, 0, 12))
+                                           : fabs(random_double(&r));
+        c.train.min_lr = 0.5;
+        run_config want = c;
+        if (ref_auto(is_auto, "comm"))
+            want.comm = want.device == DEVICE_CUDA ? COMM_NCCL : COMM_LOCAL;
+        if (ref_auto(is_auto, "parallel.dp")) {
+            long mp = (long)want.parallel.tp * want.parallel.cp * want.parallel.pp;
+            want.parallel.dp = want.ranks % mp == 0 ? (int)(want.ranks / mp) : 0;
+        }
+        if (ref_auto(is_auto, "parallel.encoder.tp")) {
+            int tp = want.parallel.tp, etp = 1;
+            if (want.parallel.encoder.strategy == ENC_UNIFORM)
+                etp = tp;
+            else if (want.parallel.encoder.strategy == ENC_HETERO_TP)
+                for (int d = tp - 1; d >= 1 && etp == 1; d--)
+                    if (tp % d == 0)
+                        etp = d;
+            want.parallel.encoder.tp = etp;
+        }
+        if (ref_auto(is_auto, "train.global_batch")) {
+            long long gb = (long long)want.train.micro_batch * want.parallel.dp;
+            want.train.global_batch = gb > INT_MAX ? INT_MAX : (int)gb;
+        }
+        if (ref_auto(is_auto, "train.min_lr")) {
+            char buf[40];
+            snprintf(buf, sizeof buf, "%.15g", want.train.lr / 10);
+            want.train.min_lr = strtod(buf, NULL);
+        }
+        run_config_derive(&c, is_auto);
+        if (c.comm != want.comm || c.parallel.dp != want.parallel.dp ||
+            c.parallel.encoder.tp != want.parallel.encoder.tp ||
+            c.train.global_batch != want.train.global_batch ||
+            memcmp(&c.train.min_lr, &want.train.min_lr, sizeof(double)))
+            fail_msg("derive differs (seed %llu): comm %d/%d dp %d/%d etp %d/%d gb %d/%d "
+                     "min_lr %a/%a (lr %a)", (unsigned long long)r.seed, c.comm, want.comm,
+                     c.parallel.dp, want.parallel.dp, c.parallel.encoder.tp,
+                     want.parallel.encoder.tp, c.train.global_batch, want.train.global_batch,
+                     c.train.min_lr, want.train.min_lr, c.train.lr);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -468,6 +957,11 @@ int main(void)
         cmocka_unit_test(test_any_change),
         cmocka_unit_test(test_json_text),
         cmocka_unit_test(test_shortest_numbers),
+        cmocka_unit_test(test_numbers_match_printf),
+        cmocka_unit_test(test_json_matches_jansson),
+        cmocka_unit_test(test_key_order_current),
+        cmocka_unit_test(test_tree_order),
+        cmocka_unit_test(test_derive_rules),
     };
     return cmocka_run_group_tests_name("config_hash", tests, NULL, NULL);
 }

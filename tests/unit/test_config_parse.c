@@ -16,6 +16,7 @@
 #include "shape/fields.h"
 #include "shape/run_config.h"
 #include "support/testutil.h"
+#include "support/tmpdir.h"
 
 #define MAX_SETS 32
 
@@ -267,16 +268,13 @@ static char tmpdir[256];
 static int setup_tmp(void **state)
 {
     (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/hearth-test-config-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
+    return tu_tmpdir_make(tmpdir, sizeof tmpdir, "test-config");
 }
 
 static int teardown_tmp(void **state)
 {
     (void)state;
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
+    return tu_tmpdir_remove(tmpdir);
 }
 
 static void test_load_file(void **state)

@@ -61,6 +61,16 @@ static void random_config(run_config *c)
         c->train.seq_len = 2;
 }
 
+/* A random valid config and the synthesis parameters derived from it. */
+static void random_params(run_config *c, synth_params *p)
+{
+    random_config(c);
+    hearth_err err = { { 0 } };
+    if (synth_params_from_config(p, c, &err)) {
+        fail_msg("params rejected: %s", err.msg);
+    }
+}
+
 static int setup_seed(void **state)
 {
     (void)state;
@@ -100,12 +110,8 @@ static void test_deterministic(void **state)
     (void)state;
     for (int trial = 0; trial < 20; trial++) {
         run_config c;
-        random_config(&c);
         synth_params p;
-        hearth_err err = { { 0 } };
-        if (synth_params_from_config(&p, &c, &err)) {
-            fail_msg("params rejected: %s", err.msg);
-        }
+        random_params(&c, &p);
         synth_batch a = { 0 }, b = { 0 }, one = { 0 };
         uint64_t first = rnd() % 1000000;
         int n = rnd_in(1, 6);
@@ -280,12 +286,8 @@ static void test_layout(void **state)
     (void)state;
     for (int trial = 0; trial < 40; trial++) {
         run_config c;
-        random_config(&c);
         synth_params p;
-        hearth_err err = { { 0 } };
-        if (synth_params_from_config(&p, &c, &err)) {
-            fail_msg("params rejected: %s", err.msg);
-        }
+        random_params(&c, &p);
         synth_batch b = { 0 };
         if (fill(&b, &p, rnd() % 100000, rnd_in(1, 5))) {
             fail();

@@ -21,7 +21,9 @@
 #include "db_migrations.h"
 #include "run_state.h"
 #include "runs_db.h"
+#include "tests/unit/support/dbtest.h"
 #include "tests/unit/support/testutil.h"
+#include "tests/unit/support/tmpdir.h"
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
@@ -35,8 +37,7 @@ typedef struct {
 static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
-    snprintf(f->dir, sizeof f->dir, "%s/hearth-db-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(f->dir))
+    if (tu_tmpdir_make(f->dir, sizeof f->dir, "db"))
         return -1;
     snprintf(f->path, sizeof f->path, "%s/test.db", f->dir);
     f->rng = tu_rng_fresh();
@@ -48,10 +49,7 @@ static int teardown(void **state)
 {
     fixture *f = *state;
     db_close(f->db);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", f->dir);
+    tu_tmpdir_remove(f->dir);
     free(f);
     return 0;
 }
@@ -72,35 +70,6 @@ static void open_db(fixture *f)
 }
 
 /* One value of an SQL query returning an integer. */
-static long long sql_int(hearth_db *db, const char *sql)
-{
-    sqlite3_stmt *st;
-    assert_int_equal(sqlite3_prepare_v2(db_sqlite(db), sql, -1, &st, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    long long v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return v;
-}
-
-static char *sql_text(hearth_db *db, const char *sql)
-{
-    sqlite3_stmt *st;
-    assert_int_equal(sqlite3_prepare_v2(db_sqlite(db), sql, -1, &st, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    const unsigned char *t = sqlite3_column_text(st, 0);
-    char *s = strdup(t ? (const char *)t : "");
-    sqlite3_finalize(st);
-    return s;
-}
-
-static void random_hash(tu_rng *r, char out[65])
-{
-    static const char hex[] = "0123456789abcdef";
-    for (int i = 0; i < 64; i++)
-        out[i] = hex[tu_next(r) & 15];
-    out[64] = '\0';
-}
-
 /* A random nested config object: numbers (int and real), strings, bools, nulls, lists,
  * nested objects, a few keys shared by every config so that key interning is exercised. */
 static json_t *random_config(tu_rng *r, int depth)
@@ -137,26 +106,11 @@ static json_t *random_config(tu_rng *r, int depth)
     return o;
 }
 
-/* The test's own flattening (independent of config_kv.c): leaf key -> JSON value. */
-static void flatten_expect(json_t *o, const char *prefix, json_t *out)
-{
-    const char *k;
-    json_t *v;
-    json_object_foreach(o, k, v) {
-        char key[600];
-        snprintf(key, sizeof key, "%s%s%s", prefix, *prefix ? "." : "", k);
-        if (json_is_object(v) && json_object_size(v))
-            flatten_expect(v, key, out);
-        else
-            json_object_set(out, key, v);
-    }
-}
-
 /* Checks run pk's kv rows against the expected leaves. */
 static void check_kv(hearth_db *db, int64_t pk, json_t *cfg, const char *id, tu_rng *rng)
 {
     json_t *want = json_object();
-    flatten_expect(cfg, "", want);
+    dbt_flatten(cfg, "", want);
     sqlite3_stmt *st;
     assert_int_equal(sqlite3_prepare_v2(db_sqlite(db),
                                         "SELECT k.key, kv.num, kv.txt, kv.flag FROM run_config_kv kv "
@@ -213,11 +167,11 @@ static void test_migrations(void **state)
     assert_true(db_schema_latest() >= 1);
     assert_int_equal(v, db_schema_latest());
     assert_int_equal(v, db_migrations_count);
-    char *mode = sql_text(f->db, "PRAGMA journal_mode");
+    char *mode = dbt_sql_text(f->db, "PRAGMA journal_mode");
     assert_string_equal(mode, "wal");
     free(mode);
-    assert_int_equal(sql_int(f->db, "PRAGMA foreign_keys"), 1);
-    assert_true(sql_int(f->db, "PRAGMA busy_timeout") > 0);
+    assert_int_equal(dbt_sql_int(f->db, "PRAGMA foreign_keys"), 1);
+    assert_true(dbt_sql_int(f->db, "PRAGMA busy_timeout") > 0);
     static const char *const tables[] = {"experiments", "runs", "run_events", "config_keys",
                                          "run_config_kv", "metrics", "results", "layer_bench",
                                          "selections"};
@@ -226,10 +180,10 @@ static void test_migrations(void **state)
         snprintf(sql, sizeof sql,
                  "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='%s'",
                  tables[i]);
-        if (sql_int(f->db, sql) != 1)
+        if (dbt_sql_int(f->db, sql) != 1)
             fail_msg("table %s missing", tables[i]);
     }
-    char *schema1 = sql_text(f->db, "SELECT group_concat(sql, ';') FROM "
+    char *schema1 = dbt_sql_text(f->db, "SELECT group_concat(sql, ';') FROM "
                                     "(SELECT sql FROM sqlite_master WHERE name NOT LIKE 'sqlite%' ORDER BY name)");
     /* Some data, then reopen: nothing changes. */
     assert_int_equal(runs_db_experiment_upsert(f->db, "e", NULL, "spec", NULL, &err), 0);
@@ -238,12 +192,12 @@ static void test_migrations(void **state)
     open_db(f);
     assert_int_equal(db_schema_version(f->db, &v, &err), 0);
     assert_int_equal(v, db_schema_latest());
-    char *schema2 = sql_text(f->db, "SELECT group_concat(sql, ';') FROM "
+    char *schema2 = dbt_sql_text(f->db, "SELECT group_concat(sql, ';') FROM "
                                     "(SELECT sql FROM sqlite_master WHERE name NOT LIKE 'sqlite%' ORDER BY name)");
     assert_string_equal(schema1, schema2);
     free(schema1);
     free(schema2);
-    assert_int_equal(sql_int(f->db, "SELECT count(*) FROM experiments"), 1);
+    assert_int_equal(dbt_sql_int(f->db, "SELECT count(*) FROM experiments"), 1);
 
     /* A file from a newer hearth is refused. */
     char sql[64];
@@ -424,7 +378,7 @@ static void test_transitions_in_db(void **state)
     for (int k = 0; k < 64; k++) {
         const char *from = state_names[order[k] / 8], *to = state_names[order[k] % 8];
         char hash[65], *id = NULL;
-        random_hash(&f->rng, hash);
+        dbt_random_hash(&f->rng, hash);
         run_new rn = {"tx", "{\"a\":1}", hash, NULL};
         CHECK(runs_db_insert(f->db, &rn, &id, NULL, &err), f);
         const char *path[8];
@@ -444,7 +398,7 @@ static void test_transitions_in_db(void **state)
         assert_string_equal(run_state_name(ri.state), from);
         int attempts = ri.attempts;
         run_info_free(&ri);
-        long long events = sql_int(f->db, "SELECT count(*) FROM run_events");
+        long long events = dbt_sql_int(f->db, "SELECT count(*) FROM run_events");
         run_state to_s;
         CHECK(run_state_parse(to, &to_s, &err), f);
         run_transition t = {.has_exit_code = 1, .exit_code = 7, .note = "test"};
@@ -458,7 +412,7 @@ static void test_transitions_in_db(void **state)
             assert_string_equal(run_state_name(ri.state), to);
             assert_int_equal(ri.attempts, attempts + (strcmp(to, "submitted") == 0));
             assert_true(ri.has_exit_code && ri.exit_code == 7);
-            assert_int_equal(sql_int(f->db, "SELECT count(*) FROM run_events"), events + 1);
+            assert_int_equal(dbt_sql_int(f->db, "SELECT count(*) FROM run_events"), events + 1);
             if (strcmp(to, "running") == 0)
                 assert_non_null(ri.started_at);
             if (run_state_is_terminal(to_s))
@@ -470,7 +424,7 @@ static void test_transitions_in_db(void **state)
             assert_non_null(strstr(err.msg, id));
             assert_string_equal(run_state_name(ri.state), from);
             assert_int_equal(ri.attempts, attempts);
-            assert_int_equal(sql_int(f->db, "SELECT count(*) FROM run_events"), events);
+            assert_int_equal(dbt_sql_int(f->db, "SELECT count(*) FROM run_events"), events);
         }
         run_info_free(&ri);
         free(id);
@@ -488,7 +442,7 @@ static void test_requeue_history(void **state)
     open_db(f);
     CHECK(runs_db_experiment_upsert(f->db, "rq", NULL, NULL, NULL, &err), f);
     char hash[65], *id = NULL;
-    random_hash(&f->rng, hash);
+    dbt_random_hash(&f->rng, hash);
     run_new rn = {"rq", "{\"x\":true}", hash, "/tmp/x"};
     CHECK(runs_db_insert(f->db, &rn, &id, NULL, &err), f);
     int cycles = tu_randint(&f->rng, 1, 5);
@@ -510,7 +464,7 @@ static void test_requeue_history(void **state)
     assert_false(ri.has_exit_code);   /* the last attempt's code was never given */
     assert_string_equal(ri.run_dir, "/tmp/x");
     run_info_free(&ri);
-    assert_int_equal(sql_int(f->db, "SELECT count(DISTINCT backend_job_id) FROM run_events"),
+    assert_int_equal(dbt_sql_int(f->db, "SELECT count(DISTINCT backend_job_id) FROM run_events"),
                      cycles);
     free(id);
 }
@@ -534,7 +488,7 @@ static void test_insert_flattens_config(void **state)
         int e = tu_randint(&f->rng, 0, n_exp);
         char name[16], hash[65], *id = NULL;
         snprintf(name, sizeof name, "exp%d", e);
-        random_hash(&f->rng, hash);
+        dbt_random_hash(&f->rng, hash);
         json_t *cfg = random_config(&f->rng, 0);
         char *text = json_dumps(cfg, JSON_COMPACT);
         run_new rn = {name, text, hash, NULL};
@@ -550,17 +504,17 @@ static void test_insert_flattens_config(void **state)
         json_decref(cfg);
         free(id);
     }
-    assert_int_equal(sql_int(f->db, "SELECT count(*) FROM runs"), n_runs);
-    assert_int_equal(sql_int(f->db, "SELECT count(*) FROM runs WHERE state = 'pending'"), n_runs);
+    assert_int_equal(dbt_sql_int(f->db, "SELECT count(*) FROM runs"), n_runs);
+    assert_int_equal(dbt_sql_int(f->db, "SELECT count(*) FROM runs WHERE state = 'pending'"), n_runs);
     /* Types recorded per key. */
-    assert_int_equal(sql_int(f->db, "SELECT types FROM config_keys WHERE key = 'parallel.tp'"),
+    assert_int_equal(dbt_sql_int(f->db, "SELECT types FROM config_keys WHERE key = 'parallel.tp'"),
                      CFG_T_NUM);
-    assert_int_equal(sql_int(f->db, "SELECT types FROM config_keys WHERE key = 'model'"),
+    assert_int_equal(dbt_sql_int(f->db, "SELECT types FROM config_keys WHERE key = 'model'"),
                      CFG_T_STR);
 
     /* Bad inputs change nothing. */
     char hash[65];
-    random_hash(&f->rng, hash);
+    dbt_random_hash(&f->rng, hash);
     run_new bad1 = {"exp0", "[1,2]", hash, NULL};
     assert_int_equal(runs_db_insert(f->db, &bad1, NULL, NULL, &err), HERR_CONFIG);
     run_new bad2 = {"exp0", "{\"a\":", hash, NULL};
@@ -570,7 +524,7 @@ static void test_insert_flattens_config(void **state)
     run_new bad4 = {"nope", "{\"a\":1}", hash, NULL};
     assert_int_equal(runs_db_insert(f->db, &bad4, NULL, NULL, &err), HERR_CONFIG);
     assert_non_null(strstr(err.msg, "nope"));
-    assert_int_equal(sql_int(f->db, "SELECT count(*) FROM runs"), n_runs);
+    assert_int_equal(dbt_sql_int(f->db, "SELECT count(*) FROM runs"), n_runs);
 }
 
 /* A rolled-back batch leaves nothing, and the interned key cache does not keep ids that
@@ -581,12 +535,12 @@ static void test_rollback_is_atomic(void **state)
     hearth_err err = {{0}};
     open_db(f);
     CHECK(runs_db_experiment_upsert(f->db, "rb", NULL, NULL, NULL, &err), f);
-    long long runs0 = sql_int(f->db, "SELECT count(*) FROM runs");
+    long long runs0 = dbt_sql_int(f->db, "SELECT count(*) FROM runs");
     CHECK(db_tx_begin(f->db, &err), f);
     int n = tu_randint(&f->rng, 2, 10);
     for (int i = 0; i < n; i++) {
         char hash[65];
-        random_hash(&f->rng, hash);
+        dbt_random_hash(&f->rng, hash);
         char cfg[128];
         snprintf(cfg, sizeof cfg, "{\"fresh_%d\":{\"key\":%d}}", i, tu_randint(&f->rng, 0, 99));
         run_new rn = {"rb", cfg, hash, NULL};
@@ -595,26 +549,26 @@ static void test_rollback_is_atomic(void **state)
     assert_int_equal(db_tx_depth(f->db), 1);
     assert_int_equal(db_tx_end(f->db, HERR_RUNTIME, &err), HERR_RUNTIME);
     assert_int_equal(db_tx_depth(f->db), 0);
-    assert_int_equal(sql_int(f->db, "SELECT count(*) FROM runs"), runs0);
-    assert_int_equal(sql_int(f->db, "SELECT count(*) FROM run_config_kv"), 0);
-    assert_int_equal(sql_int(f->db, "SELECT count(*) FROM config_keys"), 0);
+    assert_int_equal(dbt_sql_int(f->db, "SELECT count(*) FROM runs"), runs0);
+    assert_int_equal(dbt_sql_int(f->db, "SELECT count(*) FROM run_config_kv"), 0);
+    assert_int_equal(dbt_sql_int(f->db, "SELECT count(*) FROM config_keys"), 0);
     /* Same keys again, committed this time. */
     for (int i = 0; i < n; i++) {
         char hash[65];
-        random_hash(&f->rng, hash);
+        dbt_random_hash(&f->rng, hash);
         char cfg[128];
         snprintf(cfg, sizeof cfg, "{\"fresh_%d\":{\"key\":%d}}", i, i);
         run_new rn = {"rb", cfg, hash, NULL};
         CHECK(runs_db_insert(f->db, &rn, NULL, NULL, &err), f);
     }
-    assert_int_equal(sql_int(f->db, "SELECT count(*) FROM run_config_kv"), n);
-    assert_int_equal(sql_int(f->db, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
+    assert_int_equal(dbt_sql_int(f->db, "SELECT count(*) FROM run_config_kv"), n);
+    assert_int_equal(dbt_sql_int(f->db, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
     /* A nested failure dooms the whole transaction: even an outer "commit" rolls back,
      * so nothing partial is ever recorded. */
-    long long before = sql_int(f->db, "SELECT count(*) FROM runs");
+    long long before = dbt_sql_int(f->db, "SELECT count(*) FROM runs");
     CHECK(db_tx_begin(f->db, &err), f);
     char hash[65];
-    random_hash(&f->rng, hash);
+    dbt_random_hash(&f->rng, hash);
     run_new ok = {"rb", "{\"outer\":1}", hash, NULL};
     CHECK(runs_db_insert(f->db, &ok, NULL, NULL, &err), f);
     run_new bad = {"rb", "{\"inner\":1}", "not-a-hash", NULL};
@@ -627,12 +581,12 @@ static void test_rollback_is_atomic(void **state)
     assert_int_equal(db_tx_end(f->db, 0, &err), HERR_RUNTIME);
     assert_non_null(strstr(err.msg, "nothing was recorded"));
     assert_int_equal(db_tx_depth(f->db), 0);
-    assert_int_equal(sql_int(f->db, "SELECT count(*) FROM runs"), before);
-    assert_int_equal(sql_int(f->db, "SELECT count(*) FROM config_keys WHERE key = 'outer'"), 0);
+    assert_int_equal(dbt_sql_int(f->db, "SELECT count(*) FROM runs"), before);
+    assert_int_equal(dbt_sql_int(f->db, "SELECT count(*) FROM config_keys WHERE key = 'outer'"), 0);
     /* and the connection is usable afterwards */
     CHECK(runs_db_insert(f->db, &ok, NULL, NULL, &err), f);
-    assert_int_equal(sql_int(f->db, "SELECT count(*) FROM runs"), before + 1);
-    assert_int_equal(sql_int(f->db, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
+    assert_int_equal(dbt_sql_int(f->db, "SELECT count(*) FROM runs"), before + 1);
+    assert_int_equal(dbt_sql_int(f->db, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
 }
 
 /* ---- dedup counts and listing ------------------------------------------------------------ */
@@ -648,7 +602,7 @@ static void test_counts_and_list(void **state)
     int n_hash = tu_randint(&f->rng, 3, 12);
     char (*hashes)[65] = calloc((size_t)n_hash, 65);
     for (int i = 0; i < n_hash; i++)
-        random_hash(&f->rng, hashes[i]);
+        dbt_random_hash(&f->rng, hashes[i]);
     /* expected[e][h] completed / active */
     long comp[2][12] = {{0}}, act[2][12] = {{0}};
     long states[2][RUN_STATE_COUNT] = {{0}};
@@ -697,7 +651,7 @@ static void test_counts_and_list(void **state)
         }
     }
     char unknown[65];
-    random_hash(&f->rng, unknown);
+    dbt_random_hash(&f->rng, unknown);
     long uc = -1, ua = -1;
     CHECK(runs_db_count_by_hash(f->db, NULL, unknown, &uc, &ua, &err), f);
     assert_int_equal(uc, 0);
@@ -748,7 +702,7 @@ static void test_two_connections(void **state)
     CHECK(runs_db_experiment_upsert(f->db, "w", NULL, NULL, NULL, &err), f);
     CHECK(db_tx_begin(f->db, &err), f);
     char hash[65];
-    random_hash(&f->rng, hash);
+    dbt_random_hash(&f->rng, hash);
     run_new rn = {"w", "{\"a\":1}", hash, NULL};
     CHECK(runs_db_insert(f->db, &rn, NULL, NULL, &err), f);
     /* The reader sees the last committed state while the writer's transaction is open. */

@@ -14,17 +14,10 @@
 #include <cmocka.h>
 
 #include "expand.h"
+#include "support/spectest.h"
+#include "support/testutil.h"
 
 static unsigned g_seed;
-
-static spec *parse_ok(const char *text)
-{
-    spec *s = NULL;
-    hearth_err err = {{0}};
-    if (spec_parse(&s, "t.yaml", text, strlen(text), &err))
-        fail_msg("unexpected error: %s\n--- spec:\n%s", err.msg, text);
-    return s;
-}
 
 /* Expands everything and returns the number of points (and the stats). */
 static uint64_t count_points(const spec *s, expand_stats *st)
@@ -49,7 +42,7 @@ static uint64_t count_points(const spec *s, expand_stats *st)
 
 static uint64_t count_text(const char *text, expand_stats *st)
 {
-    spec *s = parse_ok(text);
+    spec *s = spt_parse_ok(text);
     uint64_t n = count_points(s, st);
     uint64_t cand = 0;
     hearth_err err;
@@ -121,7 +114,7 @@ static void test_counts_by_hand(void **state)
 static void test_order_and_values(void **state)
 {
     (void)state;
-    spec *s = parse_ok("name: x\nmatrix:\n  train.seed: [1, 2]\n  train.lr: [0.1, 0.2, 0.3]\n"
+    spec *s = spt_parse_ok("name: x\nmatrix:\n  train.seed: [1, 2]\n  train.lr: [0.1, 0.2, 0.3]\n"
                        "zip: [{parallel.tp: [1, 2], parallel.pp: [2, 1]}]\n"
                        "include: [{model.decoder.mrope_section: [8, 12, 12]}]\n");
     expand_iter *it = NULL;
@@ -162,7 +155,7 @@ static void test_order_and_values(void **state)
 static void test_where_runtime_error(void **state)
 {
     (void)state;
-    spec *s = parse_ok("name: x\nmatrix: {train.steps: [3, 2, 1]}\n"
+    spec *s = spt_parse_ok("name: x\nmatrix: {train.steps: [3, 2, 1]}\n"
                        "where: \"8 / (train.steps - 1) > 1\"\n");
     expand_iter *it = NULL;
     hearth_err err = {{0}};
@@ -405,7 +398,7 @@ static void test_random_against_brute_force(void **state)
         gen(&s, &r);
         to_yaml(&r, yaml, 8192);
         int n_want = brute(&r, want, CAP);
-        spec *sp = parse_ok(yaml);
+        spec *sp = spt_parse_ok(yaml);
         expand_iter *it = NULL;
         hearth_err err;
         assert_int_equal(expand_create(&it, sp, NULL, NULL, &err), 0);
@@ -465,9 +458,7 @@ static void test_large_stream(void **state)
 
 int main(void)
 {
-    const char *env = getenv("HEARTH_TEST_SEED");
-    g_seed = env ? (unsigned)strtoul(env, NULL, 10) : (unsigned)time(NULL);
-    printf("# seed %u (set HEARTH_TEST_SEED to repeat)\n", g_seed);
+    g_seed = tu_seed_noted();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counts_by_hand),
         cmocka_unit_test(test_order_and_values),

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "expr.h"
+#include "support/testutil.h"
 
 static unsigned g_seed;
 
@@ -511,9 +512,7 @@ static void test_value_from_text(void **state)
 
 int main(void)
 {
-    const char *env = getenv("HEARTH_TEST_SEED");
-    g_seed = env ? (unsigned)strtoul(env, NULL, 10) : (unsigned)time(NULL);
-    printf("# seed %u (set HEARTH_TEST_SEED to repeat)\n", g_seed);
+    g_seed = tu_seed_noted();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_precedence_random),
         cmocka_unit_test(test_precedence_logic),

@@ -21,7 +21,9 @@
 #include "flat_json.h"
 #include "ingest.h"
 #include "runs_db.h"
+#include "tests/unit/support/dbtest.h"
 #include "tests/unit/support/testutil.h"
+#include "tests/unit/support/tmpdir.h"
 
 typedef struct {
     char dir[256];
@@ -38,20 +40,10 @@ static const char *const metric_keys[] = {"loss", "grad_norm", "lr", "step_ms", 
                                           "peak_mem_bytes"};
 #define N_METRIC_KEYS 9
 
-static void random_hash(tu_rng *r, char out[65])
-{
-    static const char hex[] = "0123456789abcdef";
-    for (int i = 0; i < 64; i++)
-        out[i] = hex[tu_next(r) & 15];
-    out[64] = '\0';
-}
-
 static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
-    snprintf(f->dir, sizeof f->dir, "%s/hearth-ingest-XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(f->dir))
+    if (tu_tmpdir_make(f->dir, sizeof f->dir, "ingest"))
         return -1;
     snprintf(f->path, sizeof f->path, "%s/test.db", f->dir);
     snprintf(f->run_dir, sizeof f->run_dir, "%s/run", f->dir);
@@ -60,7 +52,7 @@ static int setup(void **state)
     hearth_err err = {{0}};
     if (db_open(f->path, &f->db, &err))
         return -1;
-    random_hash(&f->rng, f->hash);
+    dbt_random_hash(&f->rng, f->hash);
     run_new rn = {"ing", "{\"train\":{\"steps\":10}}", f->hash, f->run_dir};
     if (runs_db_experiment_upsert(f->db, "ing", NULL, NULL, NULL, &err) ||
         runs_db_insert(f->db, &rn, &f->run_id, NULL, &err)) {
@@ -76,10 +68,7 @@ static int teardown(void **state)
     fixture *f = *state;
     db_close(f->db);
     free(f->run_id);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", f->dir);
+    tu_tmpdir_remove(f->dir);
     free(f);
     return 0;
 }
@@ -88,10 +77,7 @@ static void write_file(const char *dir, const char *name, const char *text)
 {
     char path[600];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *fp = fopen(path, "w");
-    assert_non_null(fp);
-    fputs(text, fp);
-    fclose(fp);
+    assert_int_equal(tu_write_text(path, text), 0);
 }
 
 /* Random metrics: `steps` objects with every field (some null, some integers written as
@@ -181,16 +167,6 @@ static char *dump_db(hearth_db *db)
     }
     fclose(m);
     return text;
-}
-
-static long long sql_int(hearth_db *db, const char *sql)
-{
-    sqlite3_stmt *st;
-    assert_int_equal(sqlite3_prepare_v2(db_sqlite(db), sql, -1, &st, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    long long v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return v;
 }
 
 /* The stored metrics equal the generated rows, field by field. */
@@ -436,7 +412,7 @@ static void test_malformed_result_and_exit_code(void **state)
     /* A result of another run. */
     char other[65];
     do
-        random_hash(&f->rng, other);
+        dbt_random_hash(&f->rng, other);
     while (strcmp(other, f->hash) == 0);
     char text[256];
     snprintf(text, sizeof text, "{\"config_hash\": \"%s\", \"steps\": 3}\n", other);
@@ -464,8 +440,8 @@ static void test_malformed_result_and_exit_code(void **state)
     ingest_summary sum;
     assert_int_equal(ingest_run(f->db, f->run_id, NULL, &sum, &err), 0);
     assert_int_equal(sum.exit_code, 3);
-    assert_int_equal(sql_int(f->db, "SELECT count(*) FROM results"), 1);
-    assert_int_equal(sql_int(f->db, "SELECT count(*) FROM metrics"), (long long)json_array_size(rows));
+    assert_int_equal(dbt_sql_int(f->db, "SELECT count(*) FROM results"), 1);
+    assert_int_equal(dbt_sql_int(f->db, "SELECT count(*) FROM metrics"), (long long)json_array_size(rows));
     check_metrics(f, rows);
 
     /* Unknown run, missing directory. */
@@ -509,7 +485,7 @@ static void test_truncated_tail_and_duplicates(void **state)
     strcpy(twice + len, dup);
     write_file(f->run_dir, "metrics.jsonl", twice);
     assert_int_equal(ingest_run(f->db, f->run_id, NULL, &sum, &err), 0);
-    assert_int_equal(sql_int(f->db, "SELECT count(*) FROM metrics"), steps);
+    assert_int_equal(dbt_sql_int(f->db, "SELECT count(*) FROM metrics"), steps);
     sqlite3_stmt *st;
     assert_int_equal(sqlite3_prepare_v2(db_sqlite(f->db),
                                         "SELECT loss, step_ms FROM metrics WHERE step = ?1", -1,
@@ -528,7 +504,7 @@ static void test_truncated_tail_and_duplicates(void **state)
     write_file(other, "metrics.jsonl", "{\"step\": 1}\n\n{\"step\": 2}\n");
     assert_int_equal(ingest_run(f->db, f->run_id, other, &sum, &err), 0);
     assert_int_equal(sum.metric_rows, 2);
-    assert_int_equal(sql_int(f->db, "SELECT count(*) FROM metrics"), 2);
+    assert_int_equal(dbt_sql_int(f->db, "SELECT count(*) FROM metrics"), 2);
     free(twice);
     free(cut);
     free(text);

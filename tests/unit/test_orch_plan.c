@@ -17,6 +17,9 @@
 
 #include "plan.h"
 #include "shape/run_config.h"
+#include "support/spectest.h"
+#include "support/testutil.h"
+#include "support/tmpdir.h"
 
 static unsigned g_seed;
 static char g_dir[64];
@@ -26,14 +29,6 @@ static unsigned rnd(unsigned *s)
 {
     *s = *s * 1103515245u + 12345u;
     return (*s >> 16) & 0x7fff;
-}
-
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
 }
 
 /* Three small presets of our own, so the test does not depend on contrib/models. */
@@ -54,14 +49,15 @@ static int setup(void **state)
     snprintf(buf, sizeof buf, "%sdecoder:\n  layers: 4\n  hidden: 128\n  ffn: 256\n  heads: 4\n"
              "  kv_heads: 2\n  head_dim: 32\n  pos: rope\n  vocab: 256\n  image_token_id: 255\n",
              enc);
-    write_file(g_vlm, buf);
+    assert_int_equal(tu_write_text(g_vlm, buf), 0);
     snprintf(buf, sizeof buf, "%sdecoder:\n  layers: 4\n  hidden: 128\n  heads: 4\n"
              "  kv_heads: 2\n  pos: rope\n  vocab: 256\n  image_token_id: 255\n"
              "  moe: {experts: 4, top_k: 2, ffn: 64}\n", enc);
-    write_file(g_moe, buf);
-    write_file(g_text, "decoder:\n  layers: 2\n  hidden: 64\n  ffn: 128\n  heads: 2\n"
-                       "  pos: learned\n  max_positions: 64\n  vocab: 128\n  mlp: gelu\n"
-                       "  norm: layernorm\n");
+    assert_int_equal(tu_write_text(g_moe, buf), 0);
+    assert_int_equal(tu_write_text(g_text, "decoder:\n  layers: 2\n  hidden: 64\n  ffn: 128\n"
+                                           "  heads: 2\n  pos: learned\n  max_positions: 64\n"
+                                           "  vocab: 128\n  mlp: gelu\n  norm: layernorm\n"),
+                     0);
     return 0;
 }
 
@@ -73,15 +69,6 @@ static int teardown(void **state)
     unlink(g_text);
     rmdir(g_dir);
     return 0;
-}
-
-static spec *parse_ok(const char *text)
-{
-    spec *s = NULL;
-    hearth_err err = {{0}};
-    if (spec_parse(&s, "t.yaml", text, strlen(text), &err))
-        fail_msg("unexpected error: %s\n--- spec:\n%s", err.msg, text);
-    return s;
 }
 
 /* ---- every rule prunes ------------------------------------------------------------- */
@@ -192,7 +179,7 @@ static void test_every_rule_prunes(void **state)
         *o = '\0';
         len += snprintf(text + len, 16384 - (size_t)len, "  - %s\n", ov);
     }
-    spec *s = parse_ok(text);
+    spec *s = spt_parse_ok(text);
     seen_points *sp = calloc(1, sizeof *sp);
     plan_counts counts;
     hearth_err err = {{0}};
@@ -381,7 +368,7 @@ static void test_resolution_matches_run_config_parse(void **state)
         }
         len += snprintf(text + len, 200000 - (size_t)len, "}\n");
     }
-    spec *sp = parse_ok(text);
+    spec *sp = spt_parse_ok(text);
     equiv_ctx x = { pts, base_text, 0, 0, 0 };
     plan_counts counts;
     hearth_err err = {{0}};
@@ -410,7 +397,7 @@ static void test_where_sees_resolved_values(void **state)
              "matrix: {parallel.tp: [1, 2, 3, 4, 8]}\n"
              "where: model.decoder.heads %% parallel.tp == 0 and parallel.dp >= 2 and "
              "model == '%s' and parallel.encoder.strategy == 'uniform'\n", g_vlm, g_vlm);
-    spec *s = parse_ok(text);
+    spec *s = spt_parse_ok(text);
     seen_points sp = {0};
     plan_counts c;
     hearth_err err = {{0}};
@@ -462,7 +449,7 @@ static void test_dedup_and_force(void **state)
              "name: d\nbase: {model: %s}\nrepeat: %d\n"
              "matrix: {train.seed: [1, 2, 3, 4], parallel.dp: [auto, 1]}\n"
              "include: [{train.seed: 2}]\n", g_vlm, repeat);
-    spec *sp = parse_ok(text);
+    spec *sp = spt_parse_ok(text);
     /* first plan: nothing completed; dp auto == dp 1 at ranks 1, so every second point is
      * a duplicate of the one before, and the include duplicates seed 2 */
     seen_points *a = calloc(1, sizeof *a);
@@ -556,7 +543,7 @@ static void test_cuda_ranks_from_resources(void **state)
              "name: c\nbase: {model: %s, device: cuda}\n"
              "resources: {gpus_per_node: %d, time: '10'}\n"
              "matrix: {resources.nodes: [1, 2, 4]}\n", g_vlm, gpus);
-    spec *sp = parse_ok(text);
+    spec *sp = spt_parse_ok(text);
     ranks_rec r = {0};
     plan_counts c;
     hearth_err err = {{0}};
@@ -581,7 +568,7 @@ static void test_formats(void **state)
              "matrix: {parallel.tp: [1, 3], train.lr: [1e-3, 0.5]}\n"
              "include: [{data.path: \"$(touch /tmp/pwned); `id` ' \\\" ; DROP TABLE runs\", "
              "train.seed: 7}, {train.lr: 0.001, parallel.tp: 1}]\n", g_vlm);
-    spec *sp = parse_ok(text);
+    spec *sp = spt_parse_ok(text);
     plan_result r;
     hearth_err err = {{0}};
     assert_int_equal(plan_collect(sp, NULL, &r, &err), 0);
@@ -653,28 +640,28 @@ static void test_plan_errors(void **state)
 {
     (void)state;
     hearth_err err = {{0}};
-    spec *sp = parse_ok("name: e\nbase: {model: /nonexistent/x.yaml}\n");
+    spec *sp = spt_parse_ok("name: e\nbase: {model: /nonexistent/x.yaml}\n");
     assert_int_equal(plan_run(sp, NULL, NULL, NULL, NULL, &err), HERR_CONFIG);
     assert_non_null(strstr(err.msg, "t.yaml:2:15: model"));
     spec_free(sp);
     char text[512];
     snprintf(text, sizeof text, "name: e\nbase: {model: %s}\nmatrix:\n  model: [%s, nope/x.yaml]\n",
              g_vlm, g_vlm);
-    sp = parse_ok(text);
+    sp = spt_parse_ok(text);
     assert_int_equal(plan_run(sp, NULL, NULL, NULL, NULL, &err), HERR_CONFIG);
     char want[64];
     snprintf(want, sizeof want, "t.yaml:4:%d: model", (int)(13 + strlen(g_vlm)));
     if (!strstr(err.msg, want))
         fail_msg("got '%s', want '%s'", err.msg, want);
     spec_free(sp);
-    sp = parse_ok("name: e\nbase: {train: {stepz: 1}}\n");
+    sp = spt_parse_ok("name: e\nbase: {train: {stepz: 1}}\n");
     assert_int_equal(plan_run(sp, NULL, NULL, NULL, NULL, &err), HERR_CONFIG);
     assert_non_null(strstr(err.msg, "t.yaml:2:16: train.stepz: unknown key"));
     spec_free(sp);
     /* no model in the base: every point must name one */
     snprintf(text, sizeof text, "name: e\nbase: {train: {steps: 1}}\n"
              "include: [{model: %s}, {train.steps: 2}]\n", g_vlm);
-    sp = parse_ok(text);
+    sp = spt_parse_ok(text);
     plan_counts c;
     assert_int_equal(plan_run(sp, NULL, NULL, NULL, &c, &err), HERR_CONFIG);
     assert_string_equal(err.msg, "t.yaml: model: required: name a preset in base (model: NAME) "
@@ -685,9 +672,7 @@ static void test_plan_errors(void **state)
 
 int main(void)
 {
-    const char *env = getenv("HEARTH_TEST_SEED");
-    g_seed = env ? (unsigned)strtoul(env, NULL, 10) : (unsigned)time(NULL);
-    printf("# seed %u (set HEARTH_TEST_SEED to repeat)\n", g_seed);
+    g_seed = tu_seed_noted();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_rule_prunes),
         cmocka_unit_test(test_resolution_matches_run_config_parse),

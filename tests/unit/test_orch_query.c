@@ -29,7 +29,9 @@
 #include "query.h"
 #include "query_sql.h"
 #include "runs_db.h"
+#include "tests/unit/support/dbtest.h"
 #include "tests/unit/support/testutil.h"
+#include "tests/unit/support/tmpdir.h"
 
 /* ---- the data: a reference copy of every run ------------------------------------------- */
 
@@ -70,28 +72,6 @@ static const char *const paths[][5] = {
     {"pending", NULL},
 };
 
-static void flatten(json_t *o, const char *prefix, json_t *out)
-{
-    const char *k;
-    json_t *v;
-    json_object_foreach(o, k, v) {
-        char key[512];
-        snprintf(key, sizeof key, "%s%s%s", prefix, *prefix ? "." : "", k);
-        if (json_is_object(v) && json_object_size(v))
-            flatten(v, key, out);
-        else
-            json_object_set(out, key, v);
-    }
-}
-
-static void random_hash(tu_rng *r, char out[65])
-{
-    static const char hex[] = "0123456789abcdef";
-    for (int i = 0; i < 64; i++)
-        out[i] = hex[tu_next(r) & 15];
-    out[64] = '\0';
-}
-
 static json_t *random_config(tu_rng *r)
 {
     json_t *c = json_pack("{s:s, s:s, s:{s:i, s:i, s:i, s:{s:s, s:b}}, s:{s:f, s:i, s:i}, s:{s:n}}",
@@ -130,20 +110,10 @@ static json_t *random_result(tu_rng *r, const char *hash)
     return o;
 }
 
-static void write_file(const char *path, const char *text)
-{
-    FILE *fp = fopen(path, "w");
-    assert_non_null(fp);
-    fputs(text, fp);
-    fclose(fp);
-}
-
 static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
-    snprintf(f->dir, sizeof f->dir, "%s/hearth-query-XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(f->dir))
+    if (tu_tmpdir_make(f->dir, sizeof f->dir, "query"))
         return -1;
     snprintf(f->path, sizeof f->path, "%s/test.db", f->dir);
     f->rng = tu_rng_fresh();
@@ -163,9 +133,9 @@ static int setup(void **state)
         r->seq = ++seq[e];
         r->config = random_config(&f->rng);
         r->flat = json_object();
-        flatten(r->config, "", r->flat);
+        dbt_flatten(r->config, "", r->flat);
         char hash[65], rdir[400];
-        random_hash(&f->rng, hash);
+        dbt_random_hash(&f->rng, hash);
         snprintf(rdir, sizeof rdir, "%s/%s-%d", f->dir, r->exp, r->seq);
         mkdir(rdir, 0755);
         char *text = json_dumps(r->config, JSON_COMPACT | JSON_REAL_PRECISION(17));
@@ -194,7 +164,7 @@ static int setup(void **state)
             char p[500];
             snprintf(p, sizeof p, "%s/result.json", rdir);
             char *rt = json_dumps(r->result, JSON_REAL_PRECISION(17));
-            write_file(p, rt);
+            assert_int_equal(tu_write_text(p, rt), 0);
             free(rt);
             if (ingest_run(f->db, r->run_id, NULL, NULL, &err)) {
                 fprintf(stderr, "ingest: %s\n", err.msg);
@@ -217,10 +187,7 @@ static int teardown(void **state)
         json_decref(f->runs[i].result);
     }
     free(f->runs);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", f->dir);
+    tu_tmpdir_remove(f->dir);
     free(f);
     return 0;
 }
@@ -534,16 +501,6 @@ static ref_run *find_run(fixture *f, const char *id)
         if (strcmp(f->runs[i].run_id, id) == 0)
             return &f->runs[i];
     return NULL;
-}
-
-static long long sql_int(hearth_db *db, const char *sql)
-{
-    sqlite3_stmt *st;
-    assert_int_equal(sqlite3_prepare_v2(db_sqlite(db), sql, -1, &st, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    long long v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return v;
 }
 
 /* ---- tests --------------------------------------------------------------------------------- */
@@ -969,12 +926,12 @@ static void test_injection_is_inert(void **state)
 {
     fixture *f = *state;
     hearth_err err = {{0}};
-    long long runs = sql_int(f->db, "SELECT count(*) FROM runs");
-    long long objects = sql_int(f->db, "SELECT count(*) FROM sqlite_master");
+    long long runs = dbt_sql_int(f->db, "SELECT count(*) FROM runs");
+    long long objects = dbt_sql_int(f->db, "SELECT count(*) FROM sqlite_master");
     /* A run whose config has a key that is SQL. */
     static const char evil_key[] = "evil'); DROP TABLE runs; --";
     char hash[65];
-    random_hash(&f->rng, hash);
+    dbt_random_hash(&f->rng, hash);
     int evil_value = tu_randint(&f->rng, 1, 1000);
     json_t *cfg = json_pack("{s:i, s:s}", evil_key, evil_value, "model", "x' OR 1=1 --");
     char *text = json_dumps(cfg, JSON_COMPACT);
@@ -1067,8 +1024,8 @@ static void test_injection_is_inert(void **state)
     json_decref(arr);
     free(out);
 
-    assert_int_equal(sql_int(f->db, "SELECT count(*) FROM runs"), runs);
-    assert_int_equal(sql_int(f->db, "SELECT count(*) FROM sqlite_master"), objects);
+    assert_int_equal(dbt_sql_int(f->db, "SELECT count(*) FROM runs"), runs);
+    assert_int_equal(dbt_sql_int(f->db, "SELECT count(*) FROM sqlite_master"), objects);
     free(id);
     free(text);
     json_decref(cfg);

@@ -235,6 +235,12 @@ static void test_rundir_write_read(void **state)
     j.max_concurrent = 5;
     j.after_experiment = "warmup";
     j.after_any = 1;
+    char *sbatch[] = { "--mem=1G", "--export=ALL,X='a b'" };
+    j.partition = "gpu";
+    j.account = "proj'x";
+    j.constraint = "h100&ib";
+    j.n_sbatch = 2;
+    j.sbatch = sbatch;
     const char *tmpl = "#!/bin/sh\nR={{RUN_DIR}}\nC={{CPUS_PER_TASK}}\n{{SETUP}}T={{TRAINER}}\n";
     assert_int_equal(rundir_write(run_dir, &j, json, "t.tmpl", tmpl, &err), 0);
 
@@ -252,9 +258,18 @@ static void test_rundir_write_read(void **state)
     assert_int_equal(back.max_concurrent, 5);
     assert_string_equal(back.after_experiment, "warmup");
     assert_int_equal(back.after_any, 1);
+    assert_string_equal(back.partition, "gpu");
+    assert_string_equal(back.account, "proj'x");
+    assert_null(back.qos);
+    assert_string_equal(back.constraint, "h100&ib");
+    assert_int_equal(back.n_sbatch, 2);
+    assert_string_equal(back.sbatch[1], "--export=ALL,X='a b'");
     rundir_job copy;
     assert_int_equal(rundir_job_copy(&copy, &back, &err), 0);
     assert_string_equal(copy.setup[0], "module load x");
+    assert_string_equal(copy.partition, "gpu");
+    assert_int_equal(copy.n_sbatch, 2);
+    assert_string_equal(copy.sbatch[0], "--mem=1G");
     rundir_job_free(&copy);
     rundir_job_free(&back);
 

@@ -13,17 +13,10 @@
 #include <cmocka.h>
 
 #include "spec.h"
+#include "support/spectest.h"
+#include "support/testutil.h"
 
 static unsigned g_seed;
-
-static spec *parse_ok(const char *text)
-{
-    spec *s = NULL;
-    hearth_err err = {{0}};
-    if (spec_parse(&s, "t.yaml", text, strlen(text), &err))
-        fail_msg("unexpected error: %s\n--- spec:\n%s", err.msg, text);
-    return s;
-}
 
 /* The error must be exactly `want` (when want ends in '*', only that prefix). */
 static void expect_error(const char *text, const char *want)
@@ -75,7 +68,7 @@ static void test_full_spec(void **state)
         "repeat: 3\n"
         "retries: 2\n"
         "after: {experiment: warmup, on: any}\n";
-    spec *s = parse_ok(text);
+    spec *s = spt_parse_ok(text);
     assert_string_equal(s->name, "lr-sweep");
     assert_string_equal(s->trainer, "build/bin/hearth-train");
     assert_non_null(s->base);
@@ -112,7 +105,7 @@ static void test_full_spec(void **state)
     spec_free(s);
 
     /* defaults */
-    s = parse_ok("name: x\n");
+    s = spt_parse_ok("name: x\n");
     assert_int_equal(s->repeat, 1);
     assert_int_equal(s->retries, 0);
     assert_null(s->base);
@@ -269,7 +262,7 @@ static void test_where_errors(void **state)
                  "t.yaml:2:20: where: 'and' needs a condition (true/false), got a number");
     expect_error("name: x\nwhere: resources.partition * 2 > 1\n",
                  "t.yaml:2:28: where: '*' needs numbers, got string and number");
-    spec *s = parse_ok("name: x\nwhere: model == 'tiny-vlm' and not parallel.sp and "
+    spec *s = spt_parse_ok("name: x\nwhere: model == 'tiny-vlm' and not parallel.sp and "
                        "model.decoder.moe.experts % parallel.ep == 0\n");
     spec_free(s);
 }
@@ -357,9 +350,7 @@ static void test_load_file(void **state)
 
 int main(void)
 {
-    const char *env = getenv("HEARTH_TEST_SEED");
-    g_seed = env ? (unsigned)strtoul(env, NULL, 10) : (unsigned)time(NULL);
-    printf("# seed %u (set HEARTH_TEST_SEED to repeat)\n", g_seed);
+    g_seed = tu_seed_noted();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_full_spec),
         cmocka_unit_test(test_unknown_keys),

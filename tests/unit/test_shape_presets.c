@@ -18,6 +18,7 @@
 
 #include "shape/model_shape.h"
 #include "support/testutil.h"
+#include "support/tmpdir.h"
 
 static const char *const presets[] = { "tiny-vlm", "tiny-vlm-moe", "qwen2.5-vl-3b",
                                        "qwen2.5-vl-7b", "qwen3-vl-30b-a3b", "gpt2-124m" };
@@ -314,26 +315,20 @@ static char tmpdir[256];
 static int setup_tmp(void **state)
 {
     (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/hearth-test-shape-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
+    return tu_tmpdir_make(tmpdir, sizeof tmpdir, "test-shape");
 }
 
 static int teardown_tmp(void **state)
 {
     (void)state;
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
+    return tu_tmpdir_remove(tmpdir);
 }
 
 static const char *write_preset(const char *name, const char *text)
 {
     static char path[512];
     snprintf(path, sizeof path, "%s/%s.yaml", tmpdir, name);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
+    assert_int_equal(tu_write_text(path, text), 0);
     return path;
 }
 

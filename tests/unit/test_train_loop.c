@@ -75,6 +75,25 @@ static void make_config(run_config *c, uint64_t seed, const char *const *kv)
         fail_msg("config: %s", err.msg);
 }
 
+/* A new config (the caller frees it) from make_config with the test's seed. */
+static run_config *new_config(const char *const *kv)
+{
+    run_config *c = calloc(1, sizeof *c);
+    assert_non_null(c);
+    make_config(c, g_seed, kv);
+    return c;
+}
+
+/* A copy of the model's parameters (*np of them); the caller frees it. */
+static float *params_copy(model *m, size_t *np)
+{
+    *np = model_param_count(m);
+    float *p = malloc(*np * sizeof(float));
+    assert_non_null(p);
+    memcpy(p, model_params(m), *np * sizeof(float));
+    return p;
+}
+
 static trainer *make_trainer(const run_config *c)
 {
     trainer *t = NULL;
@@ -149,9 +168,7 @@ static const char *const loss_steps[] = { "train.steps=300", NULL };
 static void test_loss_falls(void **state)
 {
     (void)state;
-    run_config *c = calloc(1, sizeof *c);
-    assert_non_null(c);
-    make_config(c, g_seed, loss_steps);
+    run_config *c = new_config(loss_steps);
     trainer *t = make_trainer(c);
     double img0 = image_token_loss(t, c);
     double first = 0, last = 0, last10 = 0;
@@ -181,21 +198,30 @@ static void test_loss_falls(void **state)
     free(c);
 }
 
+/* The first step (from 0) at which two runs' losses or gradient norms differ in any bit,
+ * or -1 when none does. */
+static int first_bit_diff(const double *l1, const double *g1, const double *l2,
+                          const double *g2, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (memcmp(&l1[i], &l2[i], sizeof(double)) || memcmp(&g1[i], &g2[i], sizeof(double)))
+            return i;
+    return -1;
+}
+
 /* Same seed: bitwise-identical losses, norms and parameters; another seed: other losses. */
 static void test_reproducible(void **state)
 {
     (void)state;
     enum { N = 4 };
-    run_config *c = calloc(1, sizeof *c);
-    assert_non_null(c);
-    make_config(c, g_seed, NULL);
+    run_config *c = new_config(NULL);
     double l1[N], l2[N], g1[N], g2[N], l3[N];
     run_steps(c, N, l1, g1);
     run_steps(c, N, l2, g2);
-    for (int i = 0; i < N; i++)
-        if (memcmp(&l1[i], &l2[i], sizeof(double)) || memcmp(&g1[i], &g2[i], sizeof(double)))
-            fail_msg("step %d: loss %.17g vs %.17g, grad norm %.17g vs %.17g", i + 1, l1[i],
-                     l2[i], g1[i], g2[i]);
+    int d = first_bit_diff(l1, g1, l2, g2, N);
+    if (d >= 0)
+        fail_msg("step %d: loss %.17g vs %.17g, grad norm %.17g vs %.17g", d + 1, l1[d],
+                 l2[d], g1[d], g2[d]);
     make_config(c, g_seed + 1, NULL);
     run_steps(c, N, l3, NULL);
     int differ = 0;
@@ -212,9 +238,7 @@ static void test_threads_bitwise(void **state)
 {
     (void)state;
     enum { N = 2 };
-    run_config *c = calloc(1, sizeof *c);
-    assert_non_null(c);
-    make_config(c, g_seed, NULL);
+    run_config *c = new_config(NULL);
     int saved = omp_get_max_threads();
     double l1[N], l2[N], g1[N], g2[N];
     omp_set_num_threads(1);
@@ -222,10 +246,10 @@ static void test_threads_bitwise(void **state)
     omp_set_num_threads(saved > 1 ? saved : 2);
     run_steps(c, N, l2, g2);
     omp_set_num_threads(saved);
-    for (int i = 0; i < N; i++)
-        if (memcmp(&l1[i], &l2[i], sizeof(double)) || memcmp(&g1[i], &g2[i], sizeof(double)))
-            fail_msg("step %d: 1 thread loss %.17g norm %.17g, more threads %.17g %.17g", i + 1,
-                     l1[i], g1[i], l2[i], g2[i]);
+    int d = first_bit_diff(l1, g1, l2, g2, N);
+    if (d >= 0)
+        fail_msg("step %d: 1 thread loss %.17g norm %.17g, more threads %.17g %.17g", d + 1,
+                 l1[d], g1[d], l2[d], g2[d]);
     free(c);
 }
 
@@ -294,15 +318,11 @@ static void test_frozen(void **state)
 {
     (void)state;
     const char *kv[] = { "model.encoder.freeze=true", NULL };
-    run_config *c = calloc(1, sizeof *c);
-    assert_non_null(c);
-    make_config(c, g_seed, kv);
+    run_config *c = new_config(kv);
     trainer *t = make_trainer(c);
     model *m = trainer_model(t);
-    size_t np = model_param_count(m);
-    float *before = malloc(np * sizeof(float));
-    assert_non_null(before);
-    memcpy(before, model_params(m), np * sizeof(float));
+    size_t np;
+    float *before = params_copy(m, &np);
     for (int i = 0; i < 2; i++) {
         train_step_stats st;
         assert_int_equal(step(t, &st), 0);
@@ -336,14 +356,11 @@ static void test_diverges(void **state)
     (void)state;
     const char *kv[] = { "train.lr=1000", "train.weight_decay=1000", "train.warmup=0",
                          "train.grad_clip=0", NULL };
-    run_config *c = calloc(1, sizeof *c);
-    assert_non_null(c);
-    make_config(c, g_seed, kv);
+    run_config *c = new_config(kv);
     trainer *t = make_trainer(c);
     model *m = trainer_model(t);
-    size_t np = model_param_count(m);
-    float *before = malloc(np * sizeof(float));
-    assert_non_null(before);
+    size_t np;
+    float *before = params_copy(m, &np);
     int rc = 0, i;
     train_step_stats st;
     for (i = 0; i < 30 && rc == 0; i++) {
@@ -366,9 +383,7 @@ static void test_config_checks(void **state)
 {
     (void)state;
     const char *kv[] = { "train.seq_len=8", "data.images_min=2", "data.images_max=2", NULL };
-    run_config *c = calloc(1, sizeof *c);
-    assert_non_null(c);
-    make_config(c, g_seed, kv);
+    run_config *c = new_config(kv);
     trainer *t = NULL;
     hearth_err err = { { 0 } };
     assert_int_equal(trainer_create(&t, c, &err), HERR_CONFIG);

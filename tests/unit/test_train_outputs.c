@@ -17,45 +17,32 @@
 
 #include "outputs.h"
 #include "summary.h"
+#include "support/testutil.h"
 
-static uint64_t g_state;
+static tu_rng g_rng;
 
 static int setup_seed(void **state)
 {
     (void)state;
-    const char *env = getenv("HEARTH_TEST_SEED");
-    g_state = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
-    print_message("# HEARTH_TEST_SEED=%llu\n", (unsigned long long)g_state);
+    g_rng = tu_rng_fresh_noted();
     return 0;
 }
 
-static uint64_t rnd(void)
-{
-    uint64_t z = (g_state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static double rnd_unit(void)
-{
-    return (double)(rnd() >> 11) / 9007199254740992.0;
-}
 
 static train_step_stats random_stats(int step)
 {
     train_step_stats st;
     memset(&st, 0, sizeof st);
     st.step = step;
-    st.loss = rnd_unit() * 10;
-    st.grad_norm = rnd_unit() * 5;
-    st.lr = rnd_unit() * 1e-3;
-    st.step_ms = 1 + rnd_unit() * 100;
-    st.encoder_ms = rnd_unit() * 10;
-    st.decoder_ms = rnd_unit() * 10;
-    st.tokens = 1 + (long)(rnd() % 100000);
-    st.patches = (long)(rnd() % 1000);
-    st.patches_sq = (double)st.patches * (double)(rnd() % 100);
+    st.loss = tu_uniform(&g_rng) * 10;
+    st.grad_norm = tu_uniform(&g_rng) * 5;
+    st.lr = tu_uniform(&g_rng) * 1e-3;
+    st.step_ms = 1 + tu_uniform(&g_rng) * 100;
+    st.encoder_ms = tu_uniform(&g_rng) * 10;
+    st.decoder_ms = tu_uniform(&g_rng) * 10;
+    st.tokens = 1 + (long)(tu_next(&g_rng) % 100000);
+    st.patches = (long)(tu_next(&g_rng) % 1000);
+    st.patches_sq = (double)st.patches * (double)(tu_next(&g_rng) % 100);
     return st;
 }
 
@@ -83,8 +70,8 @@ static void test_metrics_line(void **state)
 {
     (void)state;
     for (int t = 0; t < 50; t++) {
-        train_step_stats st = random_stats((int)(rnd() % 100000));
-        long long peak = (long long)(rnd() >> 20);
+        train_step_stats st = random_stats((int)(tu_next(&g_rng) % 100000));
+        long long peak = (long long)(tu_next(&g_rng) >> 20);
         char *s = metrics_line(&st, peak);
         assert_non_null(s);
         assert_null(strchr(s, '\n'));
@@ -119,16 +106,16 @@ static void test_percentile(void **state)
 {
     (void)state;
     for (int t = 0; t < 100; t++) {
-        int n = 1 + (int)(rnd() % 50);
+        int n = 1 + (int)(tu_next(&g_rng) % 50);
         double *a = malloc((size_t)n * sizeof *a);
         assert_non_null(a);
         for (int i = 0; i < n; i++)
-            a[i] = (i ? a[i - 1] : 0) + rnd_unit();   /* sorted */
+            a[i] = (i ? a[i - 1] : 0) + tu_uniform(&g_rng);   /* sorted */
         assert_true(summary_percentile(a, n, 0) == a[0]);
         assert_true(summary_percentile(a, n, 1) == a[n - 1]);
         double med = n % 2 ? a[n / 2] : 0.5 * (a[n / 2 - 1] + a[n / 2]);
         assert_true(fabs(summary_percentile(a, n, 0.5) - med) < 1e-12);
-        double q = rnd_unit();
+        double q = tu_uniform(&g_rng);
         double p = summary_percentile(a, n, q);
         int k = (int)floor(q * (n - 1));
         assert_true(p >= a[k] && p <= a[k + 1 < n ? k + 1 : k]);
@@ -141,9 +128,10 @@ static void test_percentile(void **state)
 static void test_summary(void **state)
 {
     (void)state;
-    int n = 3 + (int)(rnd() % 30), from = 1 + (int)(rnd() % (uint64_t)n);
-    shape_flops fl = { .decoder_per_token = 1e6 * rnd_unit(), .encoder_per_patch = 1e5,
-                       .encoder_per_patch_sq = 1e3 * rnd_unit(), .projector_per_patch = 1e4 };
+    int n = 3 + (int)(tu_next(&g_rng) % 30), from = 1 + (int)(tu_next(&g_rng) % (uint64_t)n);
+    shape_flops fl = { .decoder_per_token = 1e6 * tu_uniform(&g_rng), .encoder_per_patch = 1e5,
+                       .encoder_per_patch_sq = 1e3 * tu_uniform(&g_rng),
+                       .projector_per_patch = 1e4 };
     run_summary s;
     summary_init(&s, from, &fl);
     hearth_err err = { { 0 } };
@@ -217,17 +205,17 @@ static void test_result_file(void **state)
     run_result r;
     memset(&r, 0, sizeof r);
     for (int i = 0; i < 64; i++)
-        r.config_hash[i] = "0123456789abcdef"[rnd() % 16];
-    r.num.steps = (int)(rnd() % 1000);
-    r.num.step_ms_median = rnd_unit();
-    r.num.step_ms_p10 = r.num.step_ms_p90 = r.num.tokens_per_s = rnd_unit();
+        r.config_hash[i] = "0123456789abcdef"[tu_next(&g_rng) % 16];
+    r.num.steps = (int)(tu_next(&g_rng) % 1000);
+    r.num.step_ms_median = tu_uniform(&g_rng);
+    r.num.step_ms_p10 = r.num.step_ms_p90 = r.num.tokens_per_s = tu_uniform(&g_rng);
     r.num.flops_per_token = 1e9;
     r.num.final_loss = NAN;
     r.tokens_per_s_per_gpu = r.num.tokens_per_s;
     r.mfu = NAN;
     r.peak_mem_bytes = outputs_peak_mem_bytes();
     assert_true(r.peak_mem_bytes > 0);
-    r.exit_status = rnd() % 2 ? "done" : "diverged";
+    r.exit_status = tu_next(&g_rng) % 2 ? "done" : "diverged";
     r.device = "cpu";
     r.device_count = r.nodes = 1;
     assert_int_equal(result_write(dir, &r, &err), 0);

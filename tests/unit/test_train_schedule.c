@@ -12,38 +12,24 @@
 #include <cmocka.h>
 
 #include "schedule.h"
+#include "support/testutil.h"
 
-static uint64_t g_state;
+static tu_rng g_rng;
 
 static int setup_seed(void **state)
 {
     (void)state;
-    const char *env = getenv("HEARTH_TEST_SEED");
-    g_state = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
-    print_message("# HEARTH_TEST_SEED=%llu\n", (unsigned long long)g_state);
+    g_rng = tu_rng_fresh_noted();
     return 0;
-}
-
-static uint64_t rnd(void)
-{
-    uint64_t z = (g_state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static double rnd_unit(void)
-{
-    return (double)(rnd() >> 11) / 9007199254740992.0;
 }
 
 static lr_schedule random_schedule(void)
 {
     lr_schedule s;
-    s.lr = 1e-5 + rnd_unit() * 1e-2;
-    s.min_lr = rnd() % 4 == 0 ? 0.0 : s.lr * rnd_unit() * 0.5;
-    s.steps = 2 + (int)(rnd() % 2000);
-    s.warmup = rnd() % 4 == 0 ? 0 : (int)(rnd() % (uint64_t)s.steps);
+    s.lr = 1e-5 + tu_uniform(&g_rng) * 1e-2;
+    s.min_lr = tu_next(&g_rng) % 4 == 0 ? 0.0 : s.lr * tu_uniform(&g_rng) * 0.5;
+    s.steps = 2 + (int)(tu_next(&g_rng) % 2000);
+    s.warmup = tu_next(&g_rng) % 4 == 0 ? 0 : (int)(tu_next(&g_rng) % (uint64_t)s.steps);
     return s;
 }
 
@@ -76,7 +62,8 @@ static void test_cosine(void **state)
     for (int t = 0; t < 200; t++) {
         lr_schedule s = random_schedule();
         near(schedule_lr(&s, s.steps), s.min_lr, "last step", s.steps);
-        near(schedule_lr(&s, s.steps + 1 + (int)(rnd() % 1000)), s.min_lr, "after end", s.steps);
+        near(schedule_lr(&s, s.steps + 1 + (int)(tu_next(&g_rng) % 1000)), s.min_lr, "after end",
+             s.steps);
         if ((s.steps - s.warmup) % 2 == 0) {
             int mid = s.warmup + (s.steps - s.warmup) / 2;
             near(schedule_lr(&s, mid), 0.5 * (s.lr + s.min_lr), "half way", mid);

@@ -39,7 +39,7 @@ void canon_buf_init(canon_buf *b, size_t cap)
         b->cap = cap;
 }
 
-int canon_buf_reserve(canon_buf *b, size_t n)
+int canon_buf_grow(canon_buf *b, size_t n)
 {
     if (b->failed)
         return -1;
@@ -56,14 +56,6 @@ int canon_buf_reserve(canon_buf *b, size_t n)
     b->s = ns;
     b->cap = cap;
     return 0;
-}
-
-void canon_put(canon_buf *b, const char *s, size_t n)
-{
-    if (canon_buf_reserve(b, n))
-        return;
-    memcpy(b->s + b->len, s, n);
-    b->len += n;
 }
 
 static int needs_escape(unsigned char c)
@@ -447,62 +439,110 @@ void canon_tree_begin(canon_tree *t, canon_buf *b)
     canon_put(b, "{", 1);
 }
 
+/* strcmp of two names given with their lengths */
 static int name_cmp(const char *a, size_t na, const char *b, size_t nb)
 {
-    int c = memcmp(a, b, na < nb ? na : nb);
-    if (c)
-        return c;
+    size_t n = na < nb ? na : nb;
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i])
+            return (unsigned char)a[i] < (unsigned char)b[i] ? -1 : 1;
     return na < nb ? -1 : na > nb;
+}
+
+/* Splits prefix+key at the dots into name/len; returns the count, or -1 when too deep. */
+static int split_key(const char *prefix, const char *key, const char **name, size_t *len)
+{
+    int n = 0, in_prefix = *prefix != '\0';
+    const char *s = in_prefix ? prefix : key, *p = s;
+    for (;;) {
+        while (*p != '.' && *p != '\0')
+            p++;
+        if (in_prefix && *p == '\0' && p == s) {   /* past the prefix's final '.' */
+            in_prefix = 0;
+            s = p = key;
+            continue;
+        }
+        if (n == CANON_TREE_DEPTH)
+            return -1;
+        name[n] = s;
+        len[n++] = (size_t)(p - s);
+        if (*p == '\0') {
+            if (!in_prefix)
+                return n;
+            in_prefix = 0;                          /* a prefix without its '.' */
+            s = p = key;
+            continue;
+        }
+        s = ++p;
+    }
+}
+
+static int same_name(const char *a, const char *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i])
+            return 0;
+    return 1;
 }
 
 int canon_tree_key(canon_tree *t, const char *prefix, const char *key)
 {
     const char *name[CANON_TREE_DEPTH];
     size_t len[CANON_TREE_DEPTH];
-    int n = 0;
-    const char *p = prefix, *dot;
-    for (; (dot = strchr(p, '.')); p = dot + 1) {
-        if (n == CANON_TREE_DEPTH)
-            return -1;
-        name[n] = p;
-        len[n++] = (size_t)(dot - p);
-    }
-    for (p = key; ; p = dot + 1) {
-        if (n == CANON_TREE_DEPTH)
-            return -1;
-        name[n] = p;
-        if (!(dot = strchr(p, '.'))) {
-            len[n++] = strlen(p);
-            break;
-        }
-        len[n++] = (size_t)(dot - p);
-    }
+    int n = split_key(prefix, key, name, len);
+    if (n < 0)
+        return -1;
     /* m: how many of the open objects this member shares; at level m its name must come
      * after the previous one there (an open object's own name, or the last member). */
     int m = 0;
     while (m < t->depth && m < n - 1 && len[m] == t->name_len[m] &&
-           memcmp(name[m], t->name[m], len[m]) == 0)
+           same_name(name[m], t->name[m], len[m]))
         m++;
     if (t->has[m] && name_cmp(name[m], len[m], t->name[m], t->name_len[m]) <= 0)
         return -1;
     canon_buf *b = t->b;
-    for (; t->depth > m; t->depth--)
-        canon_put(b, "}", 1);
-    if (t->has[m])
-        canon_put(b, ",", 1);
+    /* "}" per closed object, ",", then "NAME":{ per opened object and "NAME": */
+    size_t need = (size_t)(t->depth - m) + 1;
+    int plain = 1;
     for (int j = m; j < n; j++) {
-        canon_put_string(b, name[j], len[j]);
-        t->name[j] = name[j];
-        t->name_len[j] = len[j];
-        t->has[j] = 1;
-        if (j < n - 1) {
-            canon_put(b, ":{", 2);
-            t->has[j + 1] = 0;
-            t->depth++;
-        } else {
-            canon_put(b, ":", 1);
-        }
+        need += len[j] + 4;
+        for (size_t i = 0; i < len[j]; i++)
+            plain &= !needs_escape((unsigned char)name[j][i]);
     }
+    if (!plain || canon_buf_reserve(b, need)) {
+        /* names to escape (never in the key tables), or out of memory: the plain way */
+        for (; t->depth > m; t->depth--)
+            canon_put(b, "}", 1);
+        if (t->has[m])
+            canon_put(b, ",", 1);
+        for (int j = m; j < n; j++) {
+            canon_put_string(b, name[j], len[j]);
+            canon_put(b, j < n - 1 ? ":{" : ":", j < n - 1 ? 2 : 1);
+            t->name[j] = name[j];
+            t->name_len[j] = len[j];
+            t->has[j] = 1;
+        }
+    } else {
+        char *o = b->s + b->len;
+        for (int d = t->depth; d > m; d--)
+            *o++ = '}';
+        if (t->has[m])
+            *o++ = ',';
+        for (int j = m; j < n; j++) {
+            *o++ = '"';
+            memcpy(o, name[j], len[j]);
+            o += len[j];
+            *o++ = '"';
+            *o++ = ':';
+            if (j < n - 1)
+                *o++ = '{';
+            t->name[j] = name[j];
+            t->name_len[j] = len[j];
+            t->has[j] = 1;
+        }
+        b->len = (size_t)(o - b->s);
+    }
+    t->depth = n - 1;   /* every level up to here now has a member */
     return 0;
 }
 

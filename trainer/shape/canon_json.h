@@ -15,6 +15,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <string.h>
 
 /* Ownership: returns a malloc'd string the caller frees, or NULL when out of memory. */
 char *canon_json_dump(const json_t *v);
@@ -29,9 +30,23 @@ typedef struct {
 } canon_buf;
 
 void canon_buf_init(canon_buf *b, size_t cap);
-/* Makes room for n more bytes plus the NUL; 0, or -1 (and failed) when out of memory. */
-int canon_buf_reserve(canon_buf *b, size_t n);
-void canon_put(canon_buf *b, const char *s, size_t n);
+/* Grows the buffer for n more bytes plus the NUL; 0, or -1 (and failed) when out of
+ * memory.  canon_buf_reserve is the inline check in front of it. */
+int canon_buf_grow(canon_buf *b, size_t n);
+
+static inline int canon_buf_reserve(canon_buf *b, size_t n)
+{
+    return b->len + n + 1 <= b->cap ? 0 : canon_buf_grow(b, n);
+}
+
+static inline void canon_put(canon_buf *b, const char *s, size_t n)
+{
+    if (canon_buf_reserve(b, n) == 0) {
+        memcpy(b->s + b->len, s, n);
+        b->len += n;
+    }
+}
+
 /* `s` (n bytes) as a JSON string: quoted, '"' '\\' and bytes < 0x20 escaped. */
 void canon_put_string(canon_buf *b, const char *s, size_t n);
 void canon_put_int(canon_buf *b, long long v);
@@ -61,7 +76,8 @@ double canon_round_digits(double v, int digits);
  * strictly increasing by strcmp.  A member out of that order (or a name that is both a
  * value and an object, or deeper than CANON_TREE_DEPTH) is refused with -1 before anything
  * is written for it, so a caller can fall back to sorting its keys.  prefix may be "" and
- * must end with '.' otherwise. */
+ * must end with '.' otherwise.  The tree keeps pointers to the names: prefix and key must
+ * stay unchanged until canon_tree_end (the key tables' strings do). */
 #define CANON_TREE_DEPTH 8
 
 typedef struct {

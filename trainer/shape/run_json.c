@@ -293,13 +293,15 @@ typedef struct {
 } sort_entry;
 
 /* Canonical order of dotted keys: component by component by strcmp.  That is byte order
- * with '.' taken as the lowest byte ("a.b" before "a-b", as "a" comes before "a-b"). */
+ * with the end of the key first, then '.', then every other byte ("a.b" before "a-b",
+ * as "a" comes before "a-b"). */
 static int dotted_cmp(const void *pa, const void *pb)
 {
     const unsigned char *a = (const unsigned char *)((const sort_entry *)pa)->key;
     const unsigned char *b = (const unsigned char *)((const sort_entry *)pb)->key;
     for (;; a++, b++) {
-        unsigned ca = *a == '.' ? 1u : *a, cb = *b == '.' ? 1u : *b;
+        unsigned ca = *a == '.' ? 1u : *a ? *a + 1u : 0u;
+        unsigned cb = *b == '.' ? 1u : *b ? *b + 1u : 0u;
         if (ca != cb)
             return ca < cb ? -1 : 1;
         if (!ca)

@@ -43,6 +43,21 @@ tu_rng tu_rng_fresh(void)
     return r;
 }
 
+tu_rng tu_rng_fresh_noted(void)
+{
+    tu_rng r = tu_rng_fresh();
+    printf("# HEARTH_TEST_SEED=%llu\n", (unsigned long long)r.seed);
+    return r;
+}
+
+unsigned tu_seed_noted(void)
+{
+    const char *env = getenv("HEARTH_TEST_SEED");
+    unsigned seed = env ? (unsigned)strtoul(env, NULL, 10) : (unsigned)time(NULL);
+    printf("# seed %u (set HEARTH_TEST_SEED to repeat)\n", seed);
+    return seed;
+}
+
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 uint64_t tu_next(tu_rng *r)

@@ -23,6 +23,12 @@ typedef struct {
 
 void tu_rng_init(tu_rng *r, uint64_t seed);
 tu_rng tu_rng_fresh(void);                      /* HEARTH_TEST_SEED or clock ^ counter */
+/* tu_rng_fresh, and its seed printed on stdout as a TAP comment ("# HEARTH_TEST_SEED=S"),
+ * for tests that keep one generator per test and report the seed up front. */
+tu_rng tu_rng_fresh_noted(void);
+/* A 32-bit seed for a test's own small generator: HEARTH_TEST_SEED, else the clock; printed
+ * on stdout as "# seed S (set HEARTH_TEST_SEED to repeat)". */
+unsigned tu_seed_noted(void);
 uint64_t tu_next(tu_rng *r);
 double tu_uniform(tu_rng *r);                   /* [0, 1) */
 double tu_normal(tu_rng *r);                    /* N(0, 1) */

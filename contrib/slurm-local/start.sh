@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Starts a throw-away Slurm cluster on this host: munged, slurmctld and K slurmd (simulated
+# nodes n1..nK), all as root, without systemd or cgroups, everything under one instance
+# directory.  Safe to run again: a running, healthy instance is left as it is.
+#
+#   contrib/slurm-local/start.sh [--dir DIR] [--port-base PORT] [--nodes K] [--cpus C]
+#                                [--max-array-size N]
+#   then: export SLURM_CONF=DIR/slurm.conf      (or: . DIR/env.sh)
+#
+# Options have environment equivalents (options win): HEARTH_SLURM_DIR (/tmp/hearth-slurm),
+# HEARTH_SLURM_PORT_BASE (16817: slurmctld; slurmd use the next K ports),
+# HEARTH_SLURM_NODES (2), HEARTH_SLURM_CPUS (CPUs per node, 2),
+# HEARTH_SLURM_MAX_ARRAY_SIZE (1001), HEARTH_SLURM_MIN_JOB_AGE (300 s),
+# HEARTH_SLURM_SLURMD_TIMEOUT (300 s).  Two instances coexist when their directories and
+# port ranges differ.  See README.md.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+
+DIR=${HEARTH_SLURM_DIR:-/tmp/hearth-slurm}
+PORT=${HEARTH_SLURM_PORT_BASE:-16817}
+NODES=${HEARTH_SLURM_NODES:-2}
+CPUS=${HEARTH_SLURM_CPUS:-2}
+MAXARR=${HEARTH_SLURM_MAX_ARRAY_SIZE:-1001}
+MINAGE=${HEARTH_SLURM_MIN_JOB_AGE:-300}
+SDTIMEOUT=${HEARTH_SLURM_SLURMD_TIMEOUT:-300}
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --dir) DIR=$2; shift 2 ;;
+    --port-base) PORT=$2; shift 2 ;;
+    --nodes) NODES=$2; shift 2 ;;
+    --cpus) CPUS=$2; shift 2 ;;
+    --max-array-size) MAXARR=$2; shift 2 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    *) echo "start.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+case "$DIR" in /*) ;; *) DIR=$(pwd)/$DIR ;; esac
+
+say() { echo "slurm-local: $*" >&2; }
+die() { say "$*"; for f in "$DIR"/log/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }; done; exit 1; }
+
+[ "$(id -u)" -eq 0 ] || die "must run as root (slurmd runs jobs as their users)"
+for b in munged slurmctld slurmd sinfo srun; do
+    command -v "$b" >/dev/null || die "$b not found: run contrib/install-deps.sh (slurm-wlm, slurm-client, munge)"
+done
+
+alive() {   # alive NAME: the daemon recorded in DIR/run/NAME.pid lives
+    local p
+    p=$(cat "$DIR/run/$1.pid" 2>/dev/null) || return 1
+    [ -n "$p" ] && kill -0 "$p" 2>/dev/null
+}
+
+export SLURM_CONF="$DIR/slurm.conf"
+
+healthy() {
+    alive munged && alive slurmctld || return 1
+    for i in $(seq 1 "$NODES"); do alive "slurmd-n$i" || return 1; done
+    [ -z "$(sinfo -h -o '%t' 2>/dev/null | grep -vE '^idle|^mix|^alloc')" ] &&
+        [ -n "$(sinfo -h -o '%t' 2>/dev/null)" ]
+}
+
+if [ -f "$DIR/slurm.conf" ] && healthy; then
+    say "already running in $DIR (export SLURM_CONF=$SLURM_CONF)"
+    exit 0
+fi
+
+mkdir -p "$DIR"/{run,log,state,munge}
+chmod 700 "$DIR/munge"
+
+# ---- munge: its own key and socket, so that it never meets a system munged ----
+if ! alive munged; then
+    [ -s "$DIR/munge/munge.key" ] || { dd if=/dev/urandom of="$DIR/munge/munge.key" bs=1024 count=1 status=none; chmod 400 "$DIR/munge/munge.key"; }
+    rm -f "$DIR/munge/munge.socket"*
+    setsid munged -F --force --key-file="$DIR/munge/munge.key" \
+        --socket="$DIR/munge/munge.socket" --pid-file="$DIR/munge/munged.pid" \
+        --log-file="$DIR/log/munged.log" --seed-file="$DIR/munge/munged.seed" \
+        </dev/null >>"$DIR/log/munged.out" 2>&1 &
+    echo $! >"$DIR/run/munged.pid"
+    for _ in $(seq 50); do [ -S "$DIR/munge/munge.socket" ] && break; sleep 0.1; done
+    [ -S "$DIR/munge/munge.socket" ] || die "munged did not start"
+fi
+
+# ---- slurm.conf ----
+last=$((PORT + NODES))
+sed -e "s|@DIR@|$DIR|g" -e "s|@CLUSTER@|hearth$PORT|g" -e "s|@CTLD_PORT@|$PORT|g" \
+    -e "s|@NODES@|$NODES|g" -e "s|@SLURMD_PORTS@|$((PORT + 1))-$last|g" -e "s|@CPUS@|$CPUS|g" \
+    -e "s|@MAX_ARRAY_SIZE@|$MAXARR|g" -e "s|@MIN_JOB_AGE@|$MINAGE|g" \
+    -e "s|@SLURMD_TIMEOUT@|$SDTIMEOUT|g" \
+    "$here/slurm.conf.in" >"$DIR/slurm.conf.tmp"
+mv -f "$DIR/slurm.conf.tmp" "$DIR/slurm.conf"
+cat >"$DIR/env.sh" <<ENV
+# . this file to use the cluster in $DIR
+export SLURM_CONF='$DIR/slurm.conf'
+ENV
+
+# ---- daemons, in the foreground of their own sessions: their pids are ours to record ----
+if ! alive slurmctld; then
+    # A fresh start (-c): no jobs from an earlier instance come back.
+    setsid slurmctld -D -c -f "$SLURM_CONF" </dev/null >>"$DIR/log/slurmctld.out" 2>&1 &
+    echo $! >"$DIR/run/slurmctld.pid"
+fi
+for i in $(seq 1 "$NODES"); do
+    mkdir -p "$DIR/spool-n$i" "$DIR/tmp-n$i"
+    if ! alive "slurmd-n$i"; then
+        setsid slurmd -D -N "n$i" -f "$SLURM_CONF" </dev/null >>"$DIR/log/slurmd-n$i.out" 2>&1 &
+        echo $! >"$DIR/run/slurmd-n$i.pid"
+    fi
+done
+
+# ---- wait until every node is idle and a trivial job runs ----
+ok=
+for _ in $(seq 150); do
+    alive slurmctld || die "slurmctld exited"
+    st=$(sinfo -h -N -o '%t' 2>/dev/null | sort -u | tr '\n' ' ')
+    if [ "$st" = "idle " ]; then ok=1; break; fi
+    # A node down from an earlier life of this instance: bring it back.
+    if echo "$st" | grep -qE 'down|drain'; then
+        scontrol update nodename="n[1-$NODES]" state=resume >/dev/null 2>&1 || true
+    fi
+    sleep 0.2
+done
+[ -n "$ok" ] || die "nodes not idle after 30 s: $(sinfo -N 2>&1)"
+timeout 60 srun -N1 -n1 -t 1 true || die "srun true failed"
+say "up in $DIR: $NODES nodes, slurmctld on port $PORT (export SLURM_CONF=$SLURM_CONF)"

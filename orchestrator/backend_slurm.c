@@ -1,0 +1,899 @@
+/* backend_slurm.c - jobs as Slurm batch jobs: sbatch to start, one batched squeue per poll
+ * cycle to follow them all, scancel to end one.
+ *
+ * Every Slurm command runs through fork/exec with an argument vector (never a shell), so
+ * no value from a spec can inject anything: the job's resources become sbatch options
+ * on the command line (--job-name, --comment, --cpus-per-task, --time, --output...).
+ * The commands are found on PATH (a test counts squeue calls through a wrapper there).
+ *
+ * The run id travels as the job name (and in the comment, "hearth:RUN_ID"), so a job that
+ * was submitted by a hearth killed before it recorded the job id is found again by name
+ * (track with an empty job id) instead of being submitted twice.
+ *
+ * State without accounting: while slurmctld remembers a job (MinJobAge after its end),
+ * `squeue -t all` reports its final state: COMPLETED/FAILED (the exit code comes from
+ * RUN_DIR/exit_code, which the job script writes, else from one batched `scontrol show
+ * job`), CANCELLED, TIMEOUT, and NODE_FAIL/PREEMPTED/BOOT_FAIL, which are reported as
+ * BACKEND_REQUEUE so that the sweep resubmits within its retries.  A job squeue no longer
+ * knows ended: RUN_DIR/exit_code, or vanished.
+ *
+ * Poll cost: one squeue per cycle for all tracked jobs, at most one cycle per poll interval
+ * ($HEARTH_SLURM_POLL_MS, default 2000 ms); scontrol only when a job ended without an exit
+ * code file. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "render.h"
+#include "rundir.h"
+
+typedef struct {
+    void *tag;
+    char job_id[BACKEND_JOB_ID_MAX];
+    char *run_dir;
+    int cancelled;
+} sjob;
+
+typedef struct {
+    backend base;
+    sjob *jobs;
+    size_t n, cap;
+    int interval_ms;
+    double last_query;        /* monotonic seconds of the last squeue; 0: none yet */
+    int failures;             /* squeue failures in a row */
+    long max_array;           /* MaxArraySize from `scontrol show config`; 0: not read yet */
+    unsigned arrays;          /* arrays submitted by this process (unique directory names) */
+} slurm_backend;
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) && errno == EINTR)
+        ;
+}
+
+/* ---- running a command ------------------------------------------------------------------ */
+
+typedef struct {
+    char *data;
+    size_t len, cap;
+} sbuf;
+
+static int sbuf_add(sbuf *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *g = realloc(b->data, cap);
+        if (!g)
+            return -1;
+        b->data = g;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = 0;
+    return 0;
+}
+
+/* Runs argv[0] (found on PATH) with stdin from /dev/null; collects stdout into *out and
+ * stderr into *errtxt (both malloc'd, NUL-terminated; the caller frees them).  *status is
+ * the exit status (or 128 + signal).  Returns 0, or a herr_code when it could not run. */
+static int run_cmd(char *const argv[], char **out, char **errtxt, int *status,
+                   hearth_err *err)
+{
+    int po[2], pe[2];
+    *out = *errtxt = NULL;
+    if (pipe2(po, O_CLOEXEC))
+        return herr_set(err, HERR_RUNTIME, "pipe: %s", strerror(errno));
+    if (pipe2(pe, O_CLOEXEC)) {
+        close(po[0]);
+        close(po[1]);
+        return herr_set(err, HERR_RUNTIME, "pipe: %s", strerror(errno));
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(po[0]); close(po[1]); close(pe[0]); close(pe[1]);
+        return herr_set(err, HERR_RUNTIME, "fork: %s", strerror(e));
+    }
+    if (pid == 0) {
+        int nfd = open("/dev/null", O_RDONLY);
+        if (nfd >= 0)
+            dup2(nfd, 0);
+        dup2(po[1], 1);
+        dup2(pe[1], 2);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    close(po[1]);
+    close(pe[1]);
+    sbuf so = { 0 }, se = { 0 };
+    struct pollfd pf[2] = { { po[0], POLLIN, 0 }, { pe[0], POLLIN, 0 } };
+    int open_fds = 2, oom = 0;
+    char buf[8192];
+    while (open_fds > 0) {
+        if (poll(pf, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        for (int k = 0; k < 2; k++) {
+            if (pf[k].fd < 0 || !(pf[k].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            ssize_t r = read(pf[k].fd, buf, sizeof buf);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0) {
+                close(pf[k].fd);
+                pf[k].fd = -1;
+                open_fds--;
+                continue;
+            }
+            if (sbuf_add(k ? &se : &so, buf, (size_t)r))
+                oom = 1;
+        }
+    }
+    for (int k = 0; k < 2; k++)
+        if (pf[k].fd >= 0)
+            close(pf[k].fd);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    if (oom || (!so.data && sbuf_add(&so, "", 0)) || (!se.data && sbuf_add(&se, "", 0))) {
+        free(so.data);
+        free(se.data);
+        return herr_set(err, HERR_NOMEM, "out of memory");
+    }
+    if (*status == 127 && se.len == 0)
+        sbuf_add(&se, "command not found", 17);
+    *out = so.data;
+    *errtxt = se.data;
+    return 0;
+}
+
+/* The first line of s, trimmed, for messages. */
+static void first_line(const char *s, char *buf, size_t size)
+{
+    size_t n = strcspn(s, "\n");
+    snprintf(buf, size, "%.*s", (int)n, s);
+}
+
+/* ---- states ------------------------------------------------------------------------------ */
+
+enum { ST_ALIVE, ST_DONE, ST_CANCELLED, ST_TIMEOUT, ST_REQUEUE, ST_UNKNOWN };
+
+/* Slurm's job state name (squeue %T, scontrol JobState) to what it means here. */
+static int classify(const char *state)
+{
+    static const char *const alive[] = {
+        "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
+        "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED",
+        "RESV_DEL_HOLD", "SPECIAL_EXIT",
+    };
+    for (size_t i = 0; i < sizeof alive / sizeof alive[0]; i++)
+        if (strcmp(state, alive[i]) == 0)
+            return ST_ALIVE;
+    if (!strcmp(state, "COMPLETED") || !strcmp(state, "FAILED") ||
+        !strcmp(state, "OUT_OF_MEMORY"))
+        return ST_DONE;
+    if (!strncmp(state, "CANCELLED", 9))
+        return ST_CANCELLED;
+    if (!strcmp(state, "TIMEOUT") || !strcmp(state, "DEADLINE"))
+        return ST_TIMEOUT;
+    if (!strcmp(state, "NODE_FAIL") || !strcmp(state, "PREEMPTED") ||
+        !strcmp(state, "BOOT_FAIL"))
+        return ST_REQUEUE;
+    return ST_UNKNOWN;
+}
+
+/* One squeue for the given job ids: fills state[i] (ST_*, ST_UNKNOWN when squeue does not
+ * know the job).  Returns 0, 1 when squeue itself failed (transient: slurmctld busy or
+ * restarting; *why says how), or a negative herr_code. */
+static int query_states(char *const *ids, size_t n, int *state, char *why, size_t why_size,
+                        hearth_err *err)
+{
+    for (size_t i = 0; i < n; i++)
+        state[i] = ST_UNKNOWN;
+    if (n == 0)
+        return 0;
+    size_t len = 1;
+    for (size_t i = 0; i < n; i++)
+        len += strlen(ids[i]) + 1;
+    char *list = malloc(len);
+    if (!list)
+        return herr_set(err, HERR_NOMEM, "out of memory");
+    list[0] = 0;
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++)
+        off += (size_t)sprintf(list + off, "%s%s", i ? "," : "", ids[i]);
+    /* --array: one line per array task, pending ones too (else "123_[4-9]"). */
+    char *argv[] = { "squeue", "--noheader", "--array", "--states=all", "--jobs", list,
+                     "--format=%i %T", NULL };
+    char *out = NULL, *etxt = NULL;
+    int status = 0;
+    int rc = run_cmd(argv, &out, &etxt, &status, err);
+    free(list);
+    if (rc)
+        return rc;
+    if (status != 0) {
+        /* Every id unknown (they aged out of slurmctld's memory) is an error for squeue. */
+        int unknown = strstr(etxt, "Invalid job id") != NULL;
+        if (!unknown)
+            first_line(etxt[0] ? etxt : "squeue failed", why, why_size);
+        free(out);
+        free(etxt);
+        return unknown ? 0 : 1;
+    }
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        char id[BACKEND_JOB_ID_MAX], st[64];
+        if (sscanf(line, "%63s %63s", id, st) != 2)
+            continue;
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(ids[i], id) == 0)
+                state[i] = classify(st);
+    }
+    free(out);
+    free(etxt);
+    return 0;
+}
+
+/* The exit codes of ended jobs from one `scontrol -o show job` (all jobs it remembers):
+ * code[i] = the job's exit code, or -1 when unknown. */
+static void query_exit_codes(char *const *ids, size_t n, int *code)
+{
+    for (size_t i = 0; i < n; i++)
+        code[i] = -1;
+    char *argv[] = { "scontrol", "--oneliner", "show", "job", NULL };
+    char *out = NULL, *etxt = NULL;
+    int status = 0;
+    hearth_err e;
+    if (run_cmd(argv, &out, &etxt, &status, &e))
+        return;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        const char *j = strstr(line, "JobId=");
+        const char *x = strstr(line, " ExitCode=");
+        if (!j || !x)
+            continue;
+        char id[BACKEND_JOB_ID_MAX];
+        if (sscanf(j + 6, "%63[0-9]", id) != 1)
+            continue;
+        /* An array task is known here by ARRAYJOB_TASK. */
+        const char *aj = strstr(line, " ArrayJobId="), *at = strstr(line, " ArrayTaskId=");
+        long long a = 0, t = 0;
+        if (aj && at && sscanf(aj + 12, "%lld", &a) == 1 && sscanf(at + 13, "%lld", &t) == 1 &&
+            at[13 + strspn(at + 13, "0123456789")] != '-')
+            snprintf(id, sizeof id, "%lld_%lld", a, t);
+        int ec = 0, sig = 0;
+        if (sscanf(x + 10, "%d:%d", &ec, &sig) < 1)
+            continue;
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(ids[i], id) == 0)
+                code[i] = sig ? 128 + sig : ec;
+    }
+    free(out);
+    free(etxt);
+}
+
+/* Whether line `task` + 1 of ARRAY_DIR/runs is `run_dir`. */
+static int array_task_is(const char *array_dir, long task, const char *run_dir)
+{
+    char path[4500];
+    snprintf(path, sizeof path, "%s/runs", array_dir);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    char line[4400];
+    long i = 0;
+    int hit = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (i++ == task) {
+            line[strcspn(line, "\n")] = 0;
+            hit = strcmp(line, run_dir) == 0;
+            break;
+        }
+    }
+    fclose(f);
+    return hit;
+}
+
+/* The newest live job of a run that was submitted but never recorded (a hearth killed
+ * between sbatch and its database write): a job named RUN_ID with the comment
+ * "hearth:RUN_ID", or a task of a hearth array (comment "hearth-array:DIR") whose line in
+ * DIR/runs is the run's directory.  One squeue for all of Slurm's jobs. */
+static int find_by_name(const backend_job *job, char id_out[BACKEND_JOB_ID_MAX],
+                        hearth_err *err)
+{
+    char *argv[] = { "squeue", "--noheader", "--array", "--format=%i|%T|%j|%k", NULL };
+    char *out = NULL, *etxt = NULL;
+    int status = 0;
+    int rc = run_cmd(argv, &out, &etxt, &status, err);
+    if (rc)
+        return rc;
+    if (status != 0) {
+        char why[256];
+        first_line(etxt, why, sizeof why);
+        free(out);
+        free(etxt);
+        return herr_set(err, HERR_RUNTIME, "squeue: %s", why);
+    }
+    char want_comment[600];
+    snprintf(want_comment, sizeof want_comment, "hearth:%s", job->run_id);
+    long long best = -1, best_task = -1;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        char *f[4] = { line, NULL, NULL, NULL };
+        for (int k = 1; k < 4; k++) {
+            char *bar = f[k - 1] ? strchr(f[k - 1], '|') : NULL;
+            if (bar) {
+                *bar = 0;
+                f[k] = bar + 1;
+            }
+        }
+        if (!f[3] || classify(f[1]) != ST_ALIVE)
+            continue;
+        long long id = -1, task = -1;
+        if (sscanf(f[0], "%lld_%lld", &id, &task) < 1)
+            continue;
+        int mine = 0;
+        if (task < 0 && strcmp(f[2], job->run_id) == 0 && strcmp(f[3], want_comment) == 0)
+            mine = 1;
+        else if (task >= 0 && strncmp(f[3], "hearth-array:", 13) == 0)
+            mine = array_task_is(f[3] + 13, (long)task, job->run_dir);
+        if (mine && id > best) {
+            best = id;
+            best_task = task;
+        }
+    }
+    free(out);
+    free(etxt);
+    if (best < 0)
+        return 0;
+    if (best_task >= 0)
+        snprintf(id_out, BACKEND_JOB_ID_MAX, "%lld_%lld", best, best_task);
+    else
+        snprintf(id_out, BACKEND_JOB_ID_MAX, "%lld", best);
+    return 1;
+}
+
+/* ---- the backend -------------------------------------------------------------------------- */
+
+static int add_job(slurm_backend *sb, const backend_job *job, void *tag, const char *id,
+                   hearth_err *err)
+{
+    if (sb->n == sb->cap) {
+        size_t cap = sb->cap ? 2 * sb->cap : 16;
+        sjob *g = realloc(sb->jobs, cap * sizeof *g);
+        if (!g)
+            return herr_set(err, HERR_NOMEM, "out of memory");
+        sb->jobs = g;
+        sb->cap = cap;
+    }
+    sjob *j = &sb->jobs[sb->n];
+    memset(j, 0, sizeof *j);
+    if (!(j->run_dir = strdup(job->run_dir)))
+        return herr_set(err, HERR_NOMEM, "out of memory");
+    j->tag = tag;
+    snprintf(j->job_id, sizeof j->job_id, "%s", id);
+    sb->n++;
+    return 0;
+}
+
+/* ---- sbatch command lines ------------------------------------------------------------------ */
+
+/* A growing argument vector of malloc'd strings. */
+typedef struct {
+    char **v;
+    size_t n, cap;
+    int oom;
+} argvec;
+
+static void av_add(argvec *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void av_add(argvec *a, const char *fmt, ...)
+{
+    if (a->oom)
+        return;
+    if (a->n + 2 > a->cap) {
+        size_t cap = a->cap ? 2 * a->cap : 32;
+        char **g = realloc(a->v, cap * sizeof *g);
+        if (!g) {
+            a->oom = 1;
+            return;
+        }
+        a->v = g;
+        a->cap = cap;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0)
+        s = NULL;
+    va_end(ap);
+    if (!s) {
+        a->oom = 1;
+        return;
+    }
+    a->v[a->n++] = s;
+    a->v[a->n] = NULL;
+}
+
+static void av_free(argvec *a)
+{
+    for (size_t i = 0; i < a->n; i++)
+        free(a->v[i]);
+    free(a->v);
+}
+
+/* The options every job of ours gets from its resources: one task of cpus_per_task threads
+ * on one node, the time limit, partition/account/qos/constraint, then resources.sbatch as
+ * they are.  Each is one argument: nothing goes through a shell. */
+static void resource_args(argvec *a, const backend_job *job, const rundir_job *rj)
+{
+    av_add(a, "--nodes=1");
+    av_add(a, "--ntasks=1");
+    /* hearth resubmits after a node failure itself, bounded by `retries`: Slurm must not
+     * requeue behind its back (the job would come back under the same id). */
+    av_add(a, "--no-requeue");
+    av_add(a, "--cpus-per-task=%d", job->cpus_per_task > 0 ? job->cpus_per_task : 1);
+    if (job->time_limit_s > 0)   /* Slurm counts minutes: never shorter than asked */
+        av_add(a, "--time=%lld", (long long)(job->time_limit_s + 59) / 60);
+    if (rj && rj->partition)
+        av_add(a, "--partition=%s", rj->partition);
+    if (rj && rj->account)
+        av_add(a, "--account=%s", rj->account);
+    if (rj && rj->qos)
+        av_add(a, "--qos=%s", rj->qos);
+    if (rj && rj->constraint)
+        av_add(a, "--constraint=%s", rj->constraint);
+    for (int i = 0; rj && i < rj->n_sbatch; i++)
+        av_add(a, "%s", rj->sbatch[i]);
+}
+
+/* Runs the sbatch command line in `a`; fills id (digits, plus nothing else). */
+static int run_sbatch(argvec *a, const char *what, char id[BACKEND_JOB_ID_MAX], hearth_err *err)
+{
+    if (a->oom)
+        return herr_set(err, HERR_NOMEM, "out of memory");
+    char *out = NULL, *etxt = NULL;
+    int status = 0;
+    int rc = run_cmd(a->v, &out, &etxt, &status, err);
+    if (rc)
+        return rc;
+    id[0] = 0;
+    if (status == 0)
+        sscanf(out, "%40[0-9]", id);
+    if (!id[0]) {
+        char why[512];
+        first_line(etxt[0] ? etxt : out, why, sizeof why);
+        rc = herr_set(err, HERR_RUNTIME, "sbatch %s (exit %d): %s", what, status, why);
+    }
+    free(out);
+    free(etxt);
+    return rc;
+}
+
+static int slurm_submit_one(slurm_backend *sb, const backend_job *job, const rundir_job *rj,
+                            void *tag, char job_id[BACKEND_JOB_ID_MAX], hearth_err *err)
+{
+    argvec a = { 0 };
+    av_add(&a, "sbatch");
+    av_add(&a, "--parsable");
+    av_add(&a, "--job-name=%s", job->run_id);
+    av_add(&a, "--comment=hearth:%s", job->run_id);
+    av_add(&a, "--output=%s/stdout.log", job->run_dir);
+    av_add(&a, "--error=%s/stderr.log", job->run_dir);
+    av_add(&a, "--open-mode=append");
+    av_add(&a, "--chdir=%s", job->run_dir);
+    resource_args(&a, job, rj);
+    av_add(&a, "%s", job->script);
+    char id[BACKEND_JOB_ID_MAX];
+    int rc = run_sbatch(&a, job->script, id, err);
+    av_free(&a);
+    if (!rc)
+        rc = add_job(sb, job, tag, id, err);
+    if (!rc)
+        snprintf(job_id, BACKEND_JOB_ID_MAX, "%s", id);
+    return rc;
+}
+
+static int slurm_submit(backend *b, const backend_job *job, void *tag,
+                        char job_id[BACKEND_JOB_ID_MAX], hearth_err *err)
+{
+    rundir_job rj;
+    int have = rundir_job_read(job->run_dir, &rj, err) == 0;
+    int rc = slurm_submit_one((slurm_backend *)b, job, have ? &rj : NULL, tag, job_id, err);
+    if (have)
+        rundir_job_free(&rj);
+    return rc;
+}
+
+/* ---- job arrays ---------------------------------------------------------------------------- */
+
+/* MaxArraySize (array task ids are 0 .. MaxArraySize-1), read once. */
+static long max_array_size(slurm_backend *sb)
+{
+    if (sb->max_array > 0)
+        return sb->max_array;
+    sb->max_array = 1001;   /* Slurm's default */
+    char *argv[] = { "scontrol", "show", "config", NULL };
+    char *out = NULL, *etxt = NULL;
+    int status = 0;
+    hearth_err e;
+    if (run_cmd(argv, &out, &etxt, &status, &e))
+        return sb->max_array;
+    const char *p = strstr(out, "MaxArraySize");
+    long v = 0;
+    if (p && (p = strchr(p, '=')) && sscanf(p + 1, "%ld", &v) == 1 && v > 0)
+        sb->max_array = v;
+    free(out);
+    free(etxt);
+    return sb->max_array;
+}
+
+static int same_str(const char *a, const char *b)
+{
+    return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+/* Whether two jobs can share one array: the same sbatch options. */
+static int same_shape(const backend_job *a, const rundir_job *ra, const backend_job *b,
+                      const rundir_job *rb)
+{
+    if (a->cpus_per_task != b->cpus_per_task || a->time_limit_s != b->time_limit_s ||
+        a->max_concurrent != b->max_concurrent || !same_str(ra->partition, rb->partition) ||
+        !same_str(ra->account, rb->account) || !same_str(ra->qos, rb->qos) ||
+        !same_str(ra->constraint, rb->constraint) || ra->n_sbatch != rb->n_sbatch)
+        return 0;
+    for (int i = 0; i < ra->n_sbatch; i++)
+        if (strcmp(ra->sbatch[i], rb->sbatch[i]))
+            return 0;
+    return 1;
+}
+
+/* Submits jobs[0..n) as one array: DIR = EXP_DIR/arrays/<first run>.<pid>.<k>/ holds
+ * `runs` (task i runs the i-th run directory listed) and task.sh, which runs that run's
+ * job.sh with its output in the run directory.  The array's comment names DIR, so that a
+ * later hearth can find an array task by its run directory (adoption). */
+static int submit_array(slurm_backend *sb, const backend_job *jobs, const rundir_job *rj,
+                        void *const *tags, size_t n, char (*job_ids)[BACKEND_JOB_ID_MAX],
+                        hearth_err *err)
+{
+    char dir[4400], path[4500];
+    const char *slash = strrchr(jobs[0].run_dir, '/');
+    int exp_len = slash ? (int)(slash - jobs[0].run_dir) : (int)strlen(jobs[0].run_dir);
+    snprintf(dir, sizeof dir, "%.*s/arrays/%s.%d.%u", exp_len, jobs[0].run_dir,
+             jobs[0].run_id, (int)getpid(), sb->arrays++);
+    int rc = rundir_mkdirs(dir, err);
+    if (rc)
+        return rc;
+    size_t len = 1;
+    for (size_t i = 0; i < n; i++)
+        len += strlen(jobs[i].run_dir) + 1;
+    char *list = malloc(len);
+    char *qdir = render_shell_quote(dir);
+    if (!list || !qdir) {
+        free(list);
+        free(qdir);
+        return herr_set(err, HERR_NOMEM, "out of memory");
+    }
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++)
+        off += (size_t)sprintf(list + off, "%s\n", jobs[i].run_dir);
+    snprintf(path, sizeof path, "%s/runs", dir);
+    rc = rundir_write_file(path, list, off, 0644, err);
+    free(list);
+    char *script = NULL;
+    int sl = asprintf(&script,
+        "#!/bin/bash\n"
+        "# A hearth job array: task N runs the run directory on line N+1 of runs.\n"
+        "list=%s/runs\n"
+        "dir=$(sed -n \"$((SLURM_ARRAY_TASK_ID + 1))p\" \"$list\")\n"
+        "[ -n \"$dir\" ] || { echo \"hearth: no run for array task $SLURM_ARRAY_TASK_ID in $list\" >&2; exit 1; }\n"
+        "cd \"$dir\" || exit 1\n"
+        "exec \"$dir/job.sh\" >>\"$dir/stdout.log\" 2>>\"$dir/stderr.log\"\n", qdir);
+    free(qdir);
+    if (sl < 0)
+        return herr_set(err, HERR_NOMEM, "out of memory");
+    snprintf(path, sizeof path, "%s/task.sh", dir);
+    if (!rc)
+        rc = rundir_write_file(path, script, (size_t)sl, 0755, err);
+    free(script);
+    if (rc)
+        return rc;
+    const backend_job *job = &jobs[0];
+    argvec a = { 0 };
+    av_add(&a, "sbatch");
+    av_add(&a, "--parsable");
+    av_add(&a, "--job-name=%s", job->run_id);
+    av_add(&a, "--comment=hearth-array:%s", dir);
+    if (job->max_concurrent > 0)
+        av_add(&a, "--array=0-%zu%%%d", n - 1, job->max_concurrent);
+    else
+        av_add(&a, "--array=0-%zu", n - 1);
+    av_add(&a, "--output=%s/task-%%a.log", dir);
+    av_add(&a, "--chdir=%s", dir);
+    resource_args(&a, job, rj);
+    av_add(&a, "%s", path);
+    char id[BACKEND_JOB_ID_MAX], what[700];
+    snprintf(what, sizeof what, "--array (%zu runs from %s)", n, job->run_id);
+    rc = run_sbatch(&a, what, id, err);
+    av_free(&a);
+    for (size_t i = 0; !rc && i < n; i++) {
+        snprintf(job_ids[i], BACKEND_JOB_ID_MAX, "%.40s_%zu", id, i);
+        rc = add_job(sb, &jobs[i], tags[i], job_ids[i], err);
+    }
+    return rc;
+}
+
+static int slurm_submit_many(backend *b, const backend_job *jobs, void *const *tags, size_t n,
+                             char (*job_ids)[BACKEND_JOB_ID_MAX], size_t *done,
+                             hearth_err *err)
+{
+    slurm_backend *sb = (slurm_backend *)b;
+    *done = 0;
+    rundir_job *rj = calloc(n ? n : 1, sizeof *rj);
+    if (!rj)
+        return herr_set(err, HERR_NOMEM, "out of memory");
+    int rc = 0;
+    size_t nread = 0;
+    for (; !rc && nread < n; nread++)
+        rc = rundir_job_read(jobs[nread].run_dir, &rj[nread], err);
+    if (rc)
+        nread--;   /* the failed read left nothing to free */
+    size_t i = 0;
+    while (!rc && i < n) {
+        size_t cap = (size_t)max_array_size(sb), j = i + 1;
+        while (j < n && j - i < cap && same_shape(&jobs[i], &rj[i], &jobs[j], &rj[j]))
+            j++;
+        rc = j - i == 1 ? slurm_submit_one(sb, &jobs[i], &rj[i], tags[i], job_ids[i], err)
+                        : submit_array(sb, jobs + i, &rj[i], tags + i, j - i, job_ids + i, err);
+        if (!rc)
+            *done = i = j;
+    }
+    for (size_t k = 0; k < nread; k++)
+        rundir_job_free(&rj[k]);
+    free(rj);
+    return rc;
+}
+
+static int slurm_track(backend *b, const backend_job *job, const char *job_id, void *tag,
+                       char job_id_out[BACKEND_JOB_ID_MAX], hearth_err *err)
+{
+    slurm_backend *sb = (slurm_backend *)b;
+    char id[BACKEND_JOB_ID_MAX] = "";
+    int rc;
+    if (job_id && *job_id) {
+        /* A recorded job is tracked without asking Slurm here: the next poll asks about
+         * all of them in one squeue and reports how each ended (cancelled, timeout, node
+         * failure...), which the exit code file alone cannot tell. */
+        snprintf(id, sizeof id, "%s", job_id);
+    } else {
+        rc = find_by_name(job, id, err);
+        if (rc <= 0)
+            return rc;
+    }
+    if ((rc = add_job(sb, job, tag, id, err)))
+        return rc;
+    if (job_id_out)
+        snprintf(job_id_out, BACKEND_JOB_ID_MAX, "%s", id);
+    return 1;
+}
+
+static void end_event(sjob *j, int st, int scontrol_code, backend_event *e)
+{
+    memset(e, 0, sizeof *e);
+    e->tag = j->tag;
+    snprintf(e->job_id, sizeof e->job_id, "%s", j->job_id);
+    int code = 0;
+    if (rundir_exit_code(j->run_dir, &code)) {
+        e->has_exit_code = 1;
+        e->exit_code = code;
+    } else if (scontrol_code >= 0) {
+        e->has_exit_code = 1;
+        e->exit_code = scontrol_code;
+    }
+    switch (st) {
+    case ST_CANCELLED: e->how = BACKEND_CANCELLED; break;
+    case ST_TIMEOUT: e->how = BACKEND_TIMEOUT; break;
+    case ST_REQUEUE: e->how = BACKEND_REQUEUE; break;
+    case ST_DONE: e->how = e->has_exit_code ? BACKEND_EXITED : BACKEND_VANISHED; break;
+    default: e->how = e->has_exit_code && !j->cancelled ? BACKEND_EXITED : BACKEND_VANISHED;
+    }
+    if (j->cancelled && e->how != BACKEND_EXITED)
+        e->how = BACKEND_CANCELLED;
+}
+
+static int slurm_poll(backend *b, int timeout_ms, backend_event *ev, size_t cap, size_t *n,
+                      hearth_err *err)
+{
+    slurm_backend *sb = (slurm_backend *)b;
+    *n = 0;
+    double now = mono_now();
+    double due = sb->last_query + sb->interval_ms / 1000.0;
+    if (sb->n == 0 || (sb->last_query > 0 && now < due)) {
+        double wait_ms = sb->n == 0 ? timeout_ms : (due - now) * 1000.0;
+        if (wait_ms > timeout_ms)
+            wait_ms = timeout_ms;
+        if (wait_ms > 0)
+            sleep_ms((int)wait_ms + 1);
+        if (sb->n == 0 || mono_now() < due)
+            return 0;
+    }
+    sb->last_query = mono_now();
+    size_t m = sb->n;
+    char **ids = malloc((m ? m : 1) * sizeof *ids);
+    int *st = malloc((m ? m : 1) * sizeof *st);
+    int *codes = malloc((m ? m : 1) * sizeof *codes);
+    char **need = malloc((m ? m : 1) * sizeof *need);
+    if (!ids || !st || !codes || !need) {
+        free(ids); free(st); free(codes); free(need);
+        return herr_set(err, HERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < m; i++)
+        ids[i] = sb->jobs[i].job_id;
+    char why[256] = "";
+    int rc = query_states(ids, m, st, why, sizeof why, err);
+    if (rc == 1) {
+        /* slurmctld may be restarting: try again next cycle, give up after a while. */
+        rc = ++sb->failures >= 60 ? herr_set(err, HERR_RUNTIME, "squeue keeps failing: %s",
+                                             why) : 0;
+        free(ids); free(st); free(codes); free(need);
+        return rc;
+    }
+    if (rc) {
+        free(ids); free(st); free(codes); free(need);
+        return rc;
+    }
+    sb->failures = 0;
+    /* Ended without an exit code file: one scontrol for all of them. */
+    size_t nn = 0;
+    for (size_t i = 0; i < m; i++) {
+        int dummy;
+        codes[i] = -1;
+        if (st[i] != ST_ALIVE && !rundir_exit_code(sb->jobs[i].run_dir, &dummy) &&
+            st[i] != ST_UNKNOWN)
+            need[nn++] = ids[i];
+    }
+    int *ncodes = NULL;
+    if (nn && (ncodes = malloc(nn * sizeof *ncodes))) {
+        query_exit_codes(need, nn, ncodes);
+        for (size_t i = 0, k = 0; i < m && k < nn; i++)
+            if (ids[i] == need[k])
+                codes[i] = ncodes[k++];
+    }
+    free(ncodes);
+    /* Report the ended ones; ids point into jobs[], so collect first, then compact. */
+    size_t w = 0;
+    for (size_t i = 0; i < m; i++) {
+        sjob *j = &sb->jobs[i];
+        if (st[i] != ST_ALIVE && *n < cap) {
+            end_event(j, st[i], codes[i], &ev[(*n)++]);
+            free(j->run_dir);
+            continue;
+        }
+        sb->jobs[w++] = *j;
+    }
+    sb->n = w;
+    free(ids); free(st); free(codes); free(need);
+    return 0;
+}
+
+static int slurm_alive(backend *b, const backend_job *job, const char *job_id,
+                       hearth_err *err)
+{
+    (void)b;
+    char id[BACKEND_JOB_ID_MAX] = "";
+    if (!job_id || !*job_id)
+        return find_by_name(job, id, err);
+    snprintf(id, sizeof id, "%s", job_id);
+    char *ids[1] = { id };
+    int st;
+    char why[256] = "";
+    int rc = query_states(ids, 1, &st, why, sizeof why, err);
+    if (rc == 1)
+        return herr_set(err, HERR_RUNTIME, "squeue: %s", why);
+    return rc < 0 ? rc : st == ST_ALIVE;
+}
+
+static int slurm_cancel(backend *b, const backend_job *job, const char *job_id,
+                        hearth_err *err)
+{
+    slurm_backend *sb = (slurm_backend *)b;
+    char id[BACKEND_JOB_ID_MAX] = "";
+    if (job_id && *job_id)
+        snprintf(id, sizeof id, "%s", job_id);
+    else {
+        int f = find_by_name(job, id, err);
+        if (f <= 0)
+            return f;
+    }
+    int alive = slurm_alive(b, job, id, err);
+    if (alive < 0)
+        return alive;
+    sjob *tracked = NULL;
+    for (size_t i = 0; i < sb->n; i++)
+        if (strcmp(sb->jobs[i].job_id, id) == 0)
+            tracked = &sb->jobs[i];
+    if (tracked)
+        tracked->cancelled = 1;
+    if (!alive)
+        return 0;
+    char *argv[] = { "scancel", id, NULL };
+    char *out = NULL, *etxt = NULL;
+    int status = 0;
+    int rc = run_cmd(argv, &out, &etxt, &status, err);
+    if (!rc && status != 0) {
+        char why[256];
+        first_line(etxt, why, sizeof why);
+        rc = herr_set(err, HERR_RUNTIME, "scancel %s: %s", id, why);
+    }
+    free(out);
+    free(etxt);
+    if (rc)
+        return rc;
+    if (!tracked) {
+        /* Untracked: wait (a while) until Slurm says it ended. */
+        for (int i = 0; i < 100; i++) {
+            hearth_err e;
+            if (slurm_alive(b, job, id, &e) != 1)
+                break;
+            sleep_ms(200);
+        }
+    }
+    return 1;
+}
+
+static size_t slurm_tracked(const backend *b)
+{
+    return ((const slurm_backend *)b)->n;
+}
+
+static void slurm_free(backend *b)
+{
+    slurm_backend *sb = (slurm_backend *)b;
+    for (size_t i = 0; i < sb->n; i++)
+        free(sb->jobs[i].run_dir);
+    free(sb->jobs);
+    free(sb);
+}
+
+static const backend_ops slurm_ops = {
+    .name = "slurm",
+    .submit = slurm_submit,
+    .submit_many = slurm_submit_many,
+    .track = slurm_track,
+    .poll = slurm_poll,
+    .cancel = slurm_cancel,
+    .alive = slurm_alive,
+    .tracked = slurm_tracked,
+    .free = slurm_free,
+};
+
+int backend_slurm_create(backend **out, hearth_err *err)
+{
+    slurm_backend *sb = calloc(1, sizeof *sb);
+    if (!sb)
+        return herr_set(err, HERR_NOMEM, "out of memory");
+    sb->base.ops = &slurm_ops;
+    const char *env = getenv("HEARTH_SLURM_POLL_MS");
+    sb->interval_ms = env && atoi(env) > 0 ? atoi(env) : 2000;
+    *out = &sb->base;
+    return 0;
+}

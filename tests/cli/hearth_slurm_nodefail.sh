@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# A node failure under the slurm backend, on the test cluster (contrib/slurm-local, started
+# by make test): the node running a job is set DOWN (`scontrol update state=down`, which
+# kills its jobs as NODE_FAIL; ReturnToService=2 brings it back at once), hearth records the run `requeued`, submits it again within
+# `retries`, and the second attempt completes: one run row, one result.
+set -u
+cd "$(dirname "$0")/../.."
+. tests/cli/lib.sh
+. tests/cli/hearth_common.bash
+. tests/cli/hearth_slurm_common.bash
+hearth_tmp slurm-nodefail
+make_trainer
+slurm_setup slnode
+
+tap_plan 3
+
+down_node=
+# Whatever happens, the node comes back for the tests that follow.
+trap '[ -n "$down_node" ] && scontrol update nodename="$down_node" state=resume >/dev/null 2>&1; slurm_cleanup; hearth_cleanup' EXIT
+
+cat >n.yaml <<EOF
+name: slnode
+trainer: ./trainer.sh
+$TINY_BASE
+retries: 1
+EOF
+: >hold
+run_h sub submit n.yaml --backend slurm --detach
+wait_for 30 test -e runs/slnode/slnode-1/.held
+down_node=$(cat runs/slnode/slnode-1/nodes 2>/dev/null)
+scontrol update nodename="$down_node" state=down reason=hearth-test
+# The run goes running -> requeued -> submitted again (attempt 2); then let it finish.
+wait_for 60 bash -c "[ \"\$(sqlite3 -cmd '.timeout 10000' '$T/h.db' \"select attempts from runs where run_id = 'slnode-1'\")\" = 2 ]"
+rm -f hold
+run_h w wait slnode --timeout 90
+scontrol update nodename="$down_node" state=resume >/dev/null 2>&1 && down_node=
+
+requeue_ok() {
+    rc_is w 0 || return 1
+    [ "$(sql "select state, attempts from runs where run_id = 'slnode-1'")" = "completed|2" ] ||
+        { sql "select run_id, state, attempts, exit_code from runs"; cat runs/slnode/runner.log; return 1; }
+    [ "$(sql "select group_concat(to_state, ',') from (select e.to_state from run_events e join runs r on r.id = e.run where r.run_id = 'slnode-1' order by e.id)")" = "submitted,running,requeued,submitted,running,completed" ] ||
+        { sql "select to_state, note from run_events"; return 1; }
+    sql "select note from run_events where to_state = 'requeued'" | grep -q 'node failure'
+}
+tap_check "node set DOWN under a running job: NODE_FAIL -> requeued -> submitted again -> completed" requeue_ok
+
+nodup_ok() {
+    [ "$(calls sbatch)" = 2 ] && [ "$(sql "select count(*) from runs")" = 1 ] &&
+        [ "$(sql "select count(*) from results")" = 1 ] || { sql "select * from results"; return 1; }
+    # The first attempt's logs are kept aside (it was killed: TERM, 143); the second's are
+    # the run's.
+    grep -q 'ended with status 143' runs/slnode/slnode-1/attempt-1/stdout.log &&
+        grep -q 'ended with status 0' runs/slnode/slnode-1/stdout.log
+}
+tap_check "two sbatch calls, one run row, one result; attempt 1 kept aside" nodup_ok
+
+back_ok() {
+    wait_for 30 bash -c "[ -z \"\$(sinfo -h -N -o '%t' | grep -v idle)\" ]" || { sinfo -N; return 1; }
+}
+tap_check "the node is back (idle) for the tests that follow" back_ok

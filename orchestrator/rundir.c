@@ -303,35 +303,16 @@ int rundir_job_read(const char *run_dir, rundir_job *j, hearth_err *err)
 
 char *rundir_config_yaml(const char *config_json, hearth_err *err)
 {
-    json_error_t jerr;
-    json_t *o = json_loads(config_json, 0, &jerr);
-    if (!o || !json_is_object(o)) {
-        json_decref(o);
-        herr_set(err, HERR_CONFIG, "resolved config: not a JSON object (%s)", jerr.text);
-        return NULL;
-    }
-    json_t *preset = json_object_get(o, "model_preset");
-    json_t *model = json_object_get(o, "model");
-    if (preset && json_is_object(model)) {
-        json_object_set(model, "preset", preset);
-        json_object_del(o, "model_preset");
-    }
-    char *text = canon_json_dump(o);
-    json_decref(o);
+    size_t n = strlen(config_json);
+    char *text = malloc(n + 2);
     if (!text) {
         herr_set(err, HERR_NOMEM, "out of memory");
         return NULL;
     }
-    size_t n = strlen(text);
-    char *with_nl = realloc(text, n + 2);
-    if (!with_nl) {
-        free(text);
-        herr_set(err, HERR_NOMEM, "out of memory");
-        return NULL;
-    }
-    with_nl[n] = '\n';
-    with_nl[n + 1] = 0;
-    return with_nl;
+    memcpy(text, config_json, n);
+    text[n] = '\n';
+    text[n + 1] = 0;
+    return text;
 }
 
 /* The trainer reads run.yaml with the same module that hashed the point: the hash must

@@ -9,11 +9,9 @@
  *   written later by the job: stdout.log, stderr.log, exit_code, job.lock (local backend),
  *   and the trainer's metrics.jsonl, result.json, config.json, train.log.
  *
- * run.yaml is the canonical JSON of the resolved config (JSON is YAML), with one change:
- * the canonical form names the preset in a top-level `model_preset` key, which the run
- * config reader does not accept, so it is written as `model.preset` instead (the `model`
- * mapping already holds every resolved field).  rundir_write checks that run.yaml reads
- * back to the same config hash before anything runs.
+ * run.yaml is the canonical JSON of the resolved config (JSON is YAML; the canonical form
+ * is itself a run config).  rundir_write checks that run.yaml reads back to the same
+ * config hash before anything runs.
  *
  * Every file is written to a temporary name and renamed, so a crash never leaves a
  * half-written one. */

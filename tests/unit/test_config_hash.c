@@ -375,7 +375,7 @@ static void test_json_text(void **state)
             if (!absent && !at_path(model, tm[i].key))
                 fail_msg("model.%s missing from the JSON", tm[i].key);
         }
-        assert_string_equal(json_string_value(json_object_get(j, "model_preset")), presets[p]);
+        assert_string_equal(json_string_value(json_object_get(model, "preset")), presets[p]);
         if (!c.model.encoder.present) {
             assert_true(json_is_null(json_object_get(model, "encoder")));
             assert_true(json_is_null(json_object_get(model, "projector")));
@@ -660,7 +660,7 @@ static char *ref_json(const run_config *c)
     }
     char *s = NULL;
     if (!ref_rows(root, tc, nc, c, 0) && !ref_rows(model, tm, nm, &c->model, skip)) {
-        json_object_set_new(root, "model_preset",
+        json_object_set_new(model, "preset",
                             json_stringn_nocheck(c->model_preset, strlen(c->model_preset)));
         s = canon_json_dump(root);
     }

@@ -3,7 +3,8 @@
  * The JSON is produced from the key tables (fields.h), so every key a user can set is
  * in it: the run-config keys nested by their dotted names, `model` with every field of
  * the resolved shape ("encoder"/"projector" null for a text-only model) and
- * `model_preset`.  Float fields (norm_eps, moe.aux_coef) are written with the shortest
+ * `model.preset` (so the canonical JSON is itself a run config that reads back to the
+ * same hash).  Float fields (norm_eps, moe.aux_coef) are written with the shortest
  * text that reads back as the same float, so 1e-6 stays 1e-06, not 9.99999997e-07.
  *
  * `hearth plan` hashes every point of a sweep, so the text is written straight into one
@@ -24,7 +25,7 @@
 #include "shape/fields.h"
 #include "shape/run_config.h"
 
-/* One member of the JSON: a row of a table, `model_preset`, or the null that stands for
+/* One member of the JSON: a row of a table, `model.preset`, or the null that stands for
  * an absent model part. */
 enum { KI_CONFIG, KI_MODEL, KI_PRESET, KI_NULL_ENCODER, KI_NULL_PROJECTOR };
 
@@ -101,13 +102,13 @@ static const key_item key_order[] = {
     { KI_MODEL, 23 },           /* model.encoder.temporal_patch */
     { KI_MODEL, 25 },           /* model.encoder.window_px */
     { KI_MODEL, 0 },            /* model.name */
+    { KI_PRESET, 0 },           /* model.preset */
     { KI_NULL_PROJECTOR, 0 },   /* null for model.projector */
     { KI_MODEL, 31 },           /* model.projector.bias */
     { KI_MODEL, 30 },           /* model.projector.gelu */
     { KI_MODEL, 27 },           /* model.projector.hidden */
     { KI_MODEL, 28 },           /* model.projector.norm */
     { KI_MODEL, 29 },           /* model.projector.norm_eps */
-    { KI_PRESET, 0 },           /* model_preset */
     { KI_CONFIG, 15 },          /* parallel.a2a_overlap */
     { KI_CONFIG, 4 },           /* parallel.cp */
     { KI_CONFIG, 14 },          /* parallel.distributed_optimizer */
@@ -258,7 +259,7 @@ static int write_config(canon_buf *b, const run_config *c, const key_item *items
                 return W_FAIL;
             break;
         case KI_PRESET:
-            if (seen_x[KI_PRESET]++ || canon_tree_key(&t, "", "model_preset"))
+            if (seen_x[KI_PRESET]++ || canon_tree_key(&t, "model.", "preset"))
                 return W_ORDER;
             canon_put_string(b, c->model_preset, strnlen(c->model_preset, sizeof c->model_preset));
             break;
@@ -333,7 +334,7 @@ static key_item *sorted_items(int *n)
         snprintf(e[k].key, sizeof e[k].key, "model.%s", tm[i].key);
         e[k].it = (key_item){ KI_MODEL, (unsigned char)i };
     }
-    snprintf(e[k].key, sizeof e[k].key, "model_preset");
+    snprintf(e[k].key, sizeof e[k].key, "model.preset");
     e[k++].it = (key_item){ KI_PRESET, 0 };
     snprintf(e[k].key, sizeof e[k].key, "model.encoder");
     e[k++].it = (key_item){ KI_NULL_ENCODER, 0 };
@@ -368,7 +369,7 @@ int run_json_order_check(char **fix)
         for (int i = 0; i < n; i++) {
             const char *name = s[i].kind == KI_CONFIG ? tc[s[i].row].key
                              : s[i].kind == KI_MODEL ? tm[s[i].row].key
-                             : s[i].kind == KI_PRESET ? "model_preset"
+                             : s[i].kind == KI_PRESET ? "model.preset"
                              : s[i].kind == KI_NULL_ENCODER ? "null for model.encoder"
                                                             : "null for model.projector";
             int len = snprintf(line, sizeof line, "    { %s, %d },%*s/* %s%s */\n",

@@ -177,6 +177,29 @@ static void first_line(const char *s, char *buf, size_t size)
     snprintf(buf, size, "%.*s", (int)n, s);
 }
 
+/* RUN_DIR/exit_code when it is job `job_id`'s: the job script writes its id to
+ * exit_code.job just before.  0 when absent or another job's (a late write of an earlier,
+ * killed attempt must not pass for this one's). */
+static int job_exit_code(const char *run_dir, const char *job_id, int *code)
+{
+    char path[4200], buf[128];
+    if (rundir_path(path, sizeof path, run_dir, "exit_code.job", NULL))
+        return 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        char who[BACKEND_JOB_ID_MAX] = "";
+        if (n > 0) {
+            buf[n] = 0;
+            sscanf(buf, "%63s", who);
+        }
+        if (who[0] && strcmp(who, job_id) != 0)
+            return 0;
+    }
+    return rundir_exit_code(run_dir, code);
+}
+
 /* ---- states ------------------------------------------------------------------------------ */
 
 enum { ST_ALIVE, ST_DONE, ST_CANCELLED, ST_TIMEOUT, ST_REQUEUE, ST_UNKNOWN };
@@ -702,7 +725,7 @@ static void end_event(sjob *j, int st, int scontrol_code, backend_event *e)
     e->tag = j->tag;
     snprintf(e->job_id, sizeof e->job_id, "%s", j->job_id);
     int code = 0;
-    if (rundir_exit_code(j->run_dir, &code)) {
+    if (job_exit_code(j->run_dir, j->job_id, &code)) {
         e->has_exit_code = 1;
         e->exit_code = code;
     } else if (scontrol_code >= 0) {
@@ -767,7 +790,7 @@ static int slurm_poll(backend *b, int timeout_ms, backend_event *ev, size_t cap,
     for (size_t i = 0; i < m; i++) {
         int dummy;
         codes[i] = -1;
-        if (st[i] != ST_ALIVE && !rundir_exit_code(sb->jobs[i].run_dir, &dummy) &&
+        if (st[i] != ST_ALIVE && !job_exit_code(sb->jobs[i].run_dir, ids[i], &dummy) &&
             st[i] != ST_UNKNOWN)
             need[nn++] = ids[i];
     }

@@ -194,13 +194,11 @@ static void broadcast_error(bootstrap *b, const char *text)
     }
 }
 
-static int resolve(const char *host, int port, int passive, struct addrinfo **res,
-                   hearth_err *err)
+static int resolve(const char *host, int port, struct addrinfo **res, hearth_err *err)
 {
     char ps[16];
     snprintf(ps, sizeof ps, "%d", port);
-    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                              .ai_flags = passive ? AI_PASSIVE : 0 };
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
     int g = getaddrinfo(host, ps, &hints, res);
     if (g)
         return herr_set(err, HERR_RUNTIME, "MASTER_ADDR %s: cannot resolve: %s", host,
@@ -208,37 +206,53 @@ static int resolve(const char *host, int port, int passive, struct addrinfo **re
     return 0;
 }
 
-/* Rank 0: listens on MASTER_ADDR:PORT, or on every interface when MASTER_ADDR is not an
- * address of this host (a name that resolves elsewhere behind NAT, say). */
+/* Binds and listens on one address; returns the socket or -1 with errno set. */
+static int listen_on(const struct sockaddr *sa, socklen_t len, int backlog)
+{
+    int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    int one = 1, zero = 0;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (sa->sa_family == AF_INET6)   /* the wildcard takes IPv4 peers too */
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+    if (bind(fd, sa, len) || listen(fd, backlog)) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+/* Rank 0: where MASTER_ADDR is a numeric address of this host (127.0.0.1 in tests), it
+ * listens there only.  Otherwise it listens on every interface, as torchrun does: a host
+ * name may resolve differently here than on the other nodes (Debian maps the own host
+ * name to 127.0.1.1), and a numeric address may belong to a NAT in front of us. */
 static int listen_master(bootstrap *b, const bootstrap_tcp_opts *o, int *out, hearth_err *err)
 {
-    struct addrinfo *res;
-    int rc = resolve(o->master_addr, o->master_port, 1, &res, err);
-    if (rc)
-        return rc;
-    int fd = -1, last = 0;
-    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-        if (fd < 0) {
-            last = errno;
-            continue;
-        }
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        int ok = bind(fd, a->ai_addr, a->ai_addrlen) == 0;
-        if (!ok && errno == EADDRNOTAVAIL && a->ai_family == AF_INET) {
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", o->master_port);
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                              .ai_flags = AI_NUMERICHOST }, *res = NULL;
+    int fd = -1, last = EADDRNOTAVAIL, backlog = b->size + 16;
+    if (getaddrinfo(o->master_addr, ps, &hints, &res) == 0) {
+        fd = listen_on(res->ai_addr, res->ai_addrlen, backlog);
+        last = errno;
+        freeaddrinfo(res);
+    }
+    if (fd < 0 && last == EADDRNOTAVAIL) {
+        struct sockaddr_in6 any6 = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT,
+                                     .sin6_port = htons((uint16_t)o->master_port) };
+        fd = listen_on((struct sockaddr *)&any6, sizeof any6, backlog);
+        if (fd < 0 && errno != EADDRINUSE) {   /* no IPv6 here */
             struct sockaddr_in any = { .sin_family = AF_INET,
                                        .sin_port = htons((uint16_t)o->master_port),
                                        .sin_addr.s_addr = htonl(INADDR_ANY) };
-            ok = bind(fd, (struct sockaddr *)&any, sizeof any) == 0;
+            fd = listen_on((struct sockaddr *)&any, sizeof any, backlog);
         }
-        if (!ok || listen(fd, b->size + 16) != 0) {
-            last = errno;
-            close(fd);
-            fd = -1;
-        }
+        last = errno;
     }
-    freeaddrinfo(res);
     if (fd < 0)
         return herr_set(err, HERR_RUNTIME, "rank 0: cannot listen on %s: %s", b->master,
                         strerror(last));
@@ -379,7 +393,7 @@ static int connect_master(bootstrap *b, const bootstrap_tcp_opts *o, long long d
     int backoff = 10, last = ECONNREFUSED;
     for (;;) {
         struct addrinfo *res;
-        int rc = resolve(o->master_addr, o->master_port, 0, &res, err);
+        int rc = resolve(o->master_addr, o->master_port, &res, err);
         if (rc)
             return herr_prefix(err, rc, "rank %d", b->rank);
         for (struct addrinfo *a = res; a; a = a->ai_next) {

@@ -31,12 +31,20 @@ down_node=$(cat runs/slnode/slnode-1/nodes 2>/dev/null)
 scontrol update nodename="$down_node" state=down reason=hearth-test
 # The run goes running -> requeued -> submitted again (attempt 2); then let it finish.
 wait_for 60 bash -c "[ \"\$(sqlite3 -cmd '.timeout 10000' '$T/h.db' \"select attempts from runs where run_id = 'slnode-1'\")\" = 2 ]"
+# Slurm kills the first attempt's processes asynchronously: release the hold only once they
+# ended (their log, moved to attempt-1/ by the retry, says so), so that the first attempt
+# never gets to run the trainer beside the second.
+wait_for 30 grep -q 'ended with status' runs/slnode/slnode-1/attempt-1/stdout.log
 rm -f hold
 run_h w wait slnode --timeout 90
 scontrol update nodename="$down_node" state=resume >/dev/null 2>&1 && down_node=
 
+diag() {
+    sql "select r.run_id, e.to_state, e.exit_code, e.note from run_events e join runs r on r.id = e.run order by e.id"
+    cat runs/slnode/runner.log; grep '^s[qbc]' calls.log | grep -v '^squeue' ; tail -n 5 runs/slnode/slnode-1/*.log runs/slnode/slnode-1/attempt-1/*.log
+}
 requeue_ok() {
-    rc_is w 0 || return 1
+    rc_is w 0 || { diag; return 1; }
     [ "$(sql "select state, attempts from runs where run_id = 'slnode-1'")" = "completed|2" ] ||
         { sql "select run_id, state, attempts, exit_code from runs"; cat runs/slnode/runner.log; return 1; }
     [ "$(sql "select group_concat(to_state, ',') from (select e.to_state from run_events e join runs r on r.id = e.run where r.run_id = 'slnode-1' order by e.id)")" = "submitted,running,requeued,submitted,running,completed" ] ||

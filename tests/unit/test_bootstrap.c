@@ -301,6 +301,32 @@ static void test_stray_connection_ignored(void **state)
     }
 }
 
+/* Rank 0's port is taken: a clean error naming the address, at once. */
+static void test_port_in_use(void **state)
+{
+    (void)state;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t l = sizeof a;
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(fd, 1), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &l), 0);
+    bootstrap_tcp_opts o = { .rank = 0, .size = 2, .local_rank = -1,
+                             .master_addr = "127.0.0.1", .master_port = ntohs(a.sin_port),
+                             .timeout_ms = 5000 };
+    bootstrap *b = NULL;
+    hearth_err err = { { 0 } };
+    double t0 = now_s();
+    assert_int_equal(bootstrap_init_tcp(&b, &o, &err), HERR_RUNTIME);
+    assert_null(b);
+    char needle[64];
+    snprintf(needle, sizeof needle, "cannot listen on 127.0.0.1:%d", o.master_port);
+    expect_msg(&err, needle, 0);
+    assert_true(now_s() - t0 < 2.0);
+    close(fd);
+}
+
 /* ---- environment variables ----------------------------------------------------- */
 
 static void expect_env_error(char *const *envp, int code, const char *needle)
@@ -455,6 +481,7 @@ int main(void)
         cmocka_unit_test(test_size_mismatch),
         cmocka_unit_test(test_world_size_mismatch),
         cmocka_unit_test(test_stray_connection_ignored),
+        cmocka_unit_test(test_port_in_use),
         cmocka_unit_test(test_env_errors),
         cmocka_unit_test(test_env_single),
         cmocka_unit_test(test_env_rendezvous),

@@ -170,11 +170,23 @@ static int run_cmd(char *const argv[], char **out, char **errtxt, int *status,
     return 0;
 }
 
-/* The first line of s, trimmed, for messages. */
+/* The last non-empty line of a command's output, for messages: Slurm's commands put the
+ * reason last ("sbatch: error: Batch job submission failed: ..."), after any warnings. */
 static void first_line(const char *s, char *buf, size_t size)
 {
-    size_t n = strcspn(s, "\n");
-    snprintf(buf, size, "%.*s", (int)n, s);
+    const char *best = s, *p = s;
+    size_t best_n = strcspn(s, "\n");
+    while (*p) {
+        size_t n = strcspn(p, "\n");
+        if (n > 0) {
+            best = p;
+            best_n = n;
+        }
+        p += n;
+        if (*p == '\n')
+            p++;
+    }
+    snprintf(buf, size, "%.*s", (int)best_n, best);
 }
 
 /* RUN_DIR/exit_code when it is job `job_id`'s: the job script writes its id to

@@ -55,7 +55,7 @@ EOF
 }
 
 # sql QUERY: runs QUERY on the test's database.
-sql() { sqlite3 -batch -noheader "$T/h.db" "$1"; }
+sql() { sqlite3 -batch -noheader -cmd '.timeout 10000' "$T/h.db" "$1"; }
 
 # h ARGS...: hearth with the test's database.
 h() { "$HEARTH_ABS" --db "$T/h.db" "$@"; }

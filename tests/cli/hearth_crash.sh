@@ -27,7 +27,7 @@ echo 0.3 >slow
 "$HEARTH_ABS" --db "$T/h.db" submit c.yaml --jobs 2 >kill1.out 2>kill1.err &
 pid=$!
 # Once a run has completed, hold the jobs back; kill the runner while two of them run.
-wait_for 30 bash -c "[ \"\$(sqlite3 '$T/h.db' \"select count(*) from runs where state = 'completed'\")\" -ge 1 ]"
+wait_for 30 bash -c "[ \"\$(sqlite3 -cmd '.timeout 10000' '$T/h.db' \"select count(*) from runs where state = 'completed'\")\" -ge 1 ]"
 : >hold
 wait_for 30 bash -c "[ \$(ls runs/crash/*/.held 2>/dev/null | wc -l) -ge 2 ]"
 kill -9 "$pid"
@@ -74,7 +74,7 @@ EOF
 : >hold
 "$HEARTH_ABS" --db "$T/h.db" submit v.yaml --jobs 2 >kill2.out 2>kill2.err &
 pid=$!
-wait_for 30 bash -c "[ \"\$(sqlite3 '$T/h.db' \"select count(*) from runs r join experiments e on e.id = r.experiment_id where e.name = 'vanish' and r.state = 'running'\")\" = 2 ]"
+wait_for 30 bash -c "[ \"\$(sqlite3 -cmd '.timeout 10000' '$T/h.db' \"select count(*) from runs r join experiments e on e.id = r.experiment_id where e.name = 'vanish' and r.state = 'running'\")\" = 2 ]"
 kill -9 "$pid"
 wait "$pid" 2>/dev/null
 jpid=$(cut -d' ' -f1 runs/vanish/vanish-1/job.lock)
@@ -91,7 +91,7 @@ vanish_ok() {
     [ "$(sql "select count(distinct config_hash) from runs where run_id in ('vanish-1', 'vanish-3')")" = 1 ] || { echo "replacement has another config"; return 1; }
 }
 tap_check "vanished job: run failed ('job process vanished'), its point got a new run that completed" vanish_ok
-tap_check "vanish: each point completed exactly once" bash -c "[ \"\$(sqlite3 '$T/h.db' \"select count(*) from runs r join experiments e on e.id = r.experiment_id where e.name = 'vanish' and r.state = 'completed' group by r.config_hash\" | sort -u)\" = 1 ]"
+tap_check "vanish: each point completed exactly once" bash -c "[ \"\$(sqlite3 -cmd '.timeout 10000' '$T/h.db' \"select count(*) from runs r join experiments e on e.id = r.experiment_id where e.name = 'vanish' and r.state = 'completed' group by r.config_hash\" | sort -u)\" = 1 ]"
 
 # ---- --detach, wait ----
 cat >d.yaml <<EOF
@@ -121,7 +121,7 @@ matrix:
 EOF
 echo 30 >slow
 run_h det2 submit k.yaml --detach --jobs 2
-wait_for 20 bash -c "[ \"\$(sqlite3 '$T/h.db' \"select count(*) from runs r join experiments e on e.id = r.experiment_id where e.name = 'cancelme' and r.state = 'running'\")\" = 2 ]"
+wait_for 20 bash -c "[ \"\$(sqlite3 -cmd '.timeout 10000' '$T/h.db' \"select count(*) from runs r join experiments e on e.id = r.experiment_id where e.name = 'cancelme' and r.state = 'running'\")\" = 2 ]"
 run_h st status
 tap_check "status shows the live runner's pid" grep -Eq '^cancelme .*pid [0-9]+' "$T/st.out"
 start=$(date +%s)

@@ -40,7 +40,7 @@ sub_rc=$?
 cd "$T" || exit 1
 RUNDIR="$RUNS/inject/inject-1"
 
-tap_check "submit from a directory full of shell metacharacters: both runs complete" bash -c "[ $sub_rc = 0 ] && [ \"\$(sqlite3 '$T/h.db' \"select count(*) from runs where state = 'completed'\")\" = 2 ] || { cat '$T/sub.err'; exit 1; }"
+tap_check "submit from a directory full of shell metacharacters: both runs complete" bash -c "[ $sub_rc = 0 ] && [ \"\$(sqlite3 -cmd '.timeout 10000' '$T/h.db' \"select count(*) from runs where state = 'completed'\")\" = 2 ] || { cat '$T/sub.err'; exit 1; }"
 
 pwned_ok() {
     local found; found=$(find "$T" -name 'pwned*' 2>/dev/null)
@@ -62,13 +62,13 @@ tap_check "the job script holds every value as one single-quoted word" script_ok
 
 config_ok() {
     # The value went into the run config unchanged (as data, never into a script).
-    [ "$(sqlite3 "$T/h.db" "select json_extract(config_json, '\$.data.path') from runs where run_id = 'inject-1'")" = "$DATA_PATH" ] || return 1
+    [ "$(sqlite3 -cmd '.timeout 10000' "$T/h.db" "select json_extract(config_json, '\$.data.path') from runs where run_id = 'inject-1'")" = "$DATA_PATH" ] || return 1
     ! grep -qF 'pwned7' "$RUNDIR/job.sh"
 }
 tap_check "a config value with shell and SQL in it is stored as data, not in the script" config_ok
 
 # ---- SQL ----
-snapshot() { sqlite3 "$T/h.db" "select count(*) from runs; select count(*) from results; select count(*) from run_config_kv; select group_concat(name) from (select name from sqlite_master order by name); pragma integrity_check;"; }
+snapshot() { sqlite3 -cmd '.timeout 10000' "$T/h.db" "select count(*) from runs; select count(*) from results; select count(*) from run_config_kv; select group_concat(name) from (select name from sqlite_master order by name); pragma integrity_check;"; }
 before=$(snapshot)
 bad=0
 try() {   # try WANT ARGS...: hearth must exit with a status in WANT ("0", "2", "0|2")

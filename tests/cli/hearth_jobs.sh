@@ -61,7 +61,7 @@ retries: 1
 EOF
 run_h re2 submit r2.yaml
 rm -f fail
-tap_check "retries used up: failed after 1 + retries attempts" bash -c "[ \"\$(cat '$T/re2.rc')\" = 1 ] && [ \"\$(sqlite3 '$T/h.db' \"select state, attempts from runs where run_id = 'retry-out-1'\")\" = 'failed|2' ]"
+tap_check "retries used up: failed after 1 + retries attempts" bash -c "[ \"\$(cat '$T/re2.rc')\" = 1 ] && [ \"\$(sqlite3 -cmd '.timeout 10000' '$T/h.db' \"select state, attempts from runs where run_id = 'retry-out-1'\")\" = 'failed|2' ]"
 
 # ---- logs ----
 run_h logs logs retry-1
@@ -87,7 +87,7 @@ follow_ok() {
     [ "$lf_rc" = 0 ] && grep -q 'ended with status 0' lf.out && grep -q '^done: 3 steps' lf.err ||
         { cat lf.out lf.err; return 1; }
     [ "$(sql "select state from runs where run_id = 'follow-1'")" = completed ] ||
-        wait_for 5 bash -c "[ \"\$(sqlite3 '$T/h.db' \"select state from runs where run_id = 'follow-1'\")\" = completed ]"
+        wait_for 5 bash -c "[ \"\$(sqlite3 -cmd '.timeout 10000' '$T/h.db' \"select state from runs where run_id = 'follow-1'\")\" = completed ]"
 }
 tap_check "logs -f: follows until the run ends" follow_ok
 
@@ -102,7 +102,7 @@ EOF
 echo 30 >slow
 "$HEARTH_ABS" --db "$T/h.db" submit c1.yaml --jobs 1 >c1.out 2>c1.err &
 pid=$!
-wait_for 20 bash -c "[ \"\$(sqlite3 '$T/h.db' \"select state from runs where run_id = 'cancel-one-1'\")\" = running ]"
+wait_for 20 bash -c "[ \"\$(sqlite3 -cmd '.timeout 10000' '$T/h.db' \"select state from runs where run_id = 'cancel-one-1'\")\" = running ]"
 rm -f slow
 run_h cone cancel cancel-one-1
 wait "$pid"
@@ -126,7 +126,7 @@ EOF
 echo 30 >slow
 "$HEARTH_ABS" --db "$T/h.db" submit i.yaml --jobs 1 >int.out 2>int.err &
 pid=$!
-wait_for 20 bash -c "[ \"\$(sqlite3 '$T/h.db' \"select state from runs where run_id = 'interrupted-1'\")\" = running ]"
+wait_for 20 bash -c "[ \"\$(sqlite3 -cmd '.timeout 10000' '$T/h.db' \"select state from runs where run_id = 'interrupted-1'\")\" = running ]"
 kill -INT "$pid"
 wait "$pid"
 int_rc=$?
@@ -139,7 +139,7 @@ int_ok() {
 }
 tap_check "SIGINT: running job cancelled, pending runs stay pending" int_ok
 run_h intres resume interrupted
-tap_check "resume finishes the interrupted sweep" bash -c "[ \"\$(cat '$T/intres.rc')\" = 0 ] && [ \"\$(sqlite3 '$T/h.db' \"select count(*) from runs where run_id like 'interrupted-%' and state = 'completed'\")\" = 2 ]"
+tap_check "resume finishes the interrupted sweep" bash -c "[ \"\$(cat '$T/intres.rc')\" = 0 ] && [ \"\$(sqlite3 -cmd '.timeout 10000' '$T/h.db' \"select count(*) from runs where run_id like 'interrupted-%' and state = 'completed'\")\" = 2 ]"
 
 # ---- after: waits for another experiment; on: ok refuses after a failure ----
 cat >a.yaml <<EOF
@@ -149,7 +149,7 @@ $TINY_BASE
 after: {experiment: retry-out, on: ok}
 EOF
 run_h after submit a.yaml
-tap_check "after: {on: ok} with a failed experiment: the run is cancelled (exit 1)" bash -c "[ \"\$(cat '$T/after.rc')\" = 1 ] && [ \"\$(sqlite3 '$T/h.db' \"select state from runs where run_id = 'second-1'\")\" = cancelled ] && grep -q 'did not end ok' '$T/after.err'"
+tap_check "after: {on: ok} with a failed experiment: the run is cancelled (exit 1)" bash -c "[ \"\$(cat '$T/after.rc')\" = 1 ] && [ \"\$(sqlite3 -cmd '.timeout 10000' '$T/h.db' \"select state from runs where run_id = 'second-1'\")\" = cancelled ] && grep -q 'did not end ok' '$T/after.err'"
 
 # ---- setup lines and cpus_per_task reach the job; --jobs limits concurrency ----
 cat >e.yaml <<EOF

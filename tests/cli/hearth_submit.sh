@@ -80,7 +80,7 @@ top_ok() {
 tap_check "top: the 5 runs, best tokens/s first" top_ok
 
 run_h sub2 submit s.yaml
-tap_check "same spec again: nothing runs" bash -c "[ \"\$(cat '$T/sub2.rc')\" = 0 ] && [ \"\$(wc -l <'$T/invocations.log')\" = 5 ] && [ \"\$(sqlite3 '$T/h.db' 'select count(*) from runs')\" = 5 ] && grep -q '0 new runs' '$T/sub2.err'"
+tap_check "same spec again: nothing runs" bash -c "[ \"\$(cat '$T/sub2.rc')\" = 0 ] && [ \"\$(wc -l <'$T/invocations.log')\" = 5 ] && [ \"\$(sqlite3 -cmd '.timeout 10000' '$T/h.db' 'select count(*) from runs')\" = 5 ] && grep -q '0 new runs' '$T/sub2.err'"
 
 run_h sub3 submit s.yaml --force
 force_ok() {

@@ -66,6 +66,10 @@ ALL += $(LIB_CUDA)
 endif
 endif
 
+# Keep object files of tests and benches (make would delete them as intermediates, and
+# its `rm` line would follow the test summary).
+.SECONDARY:
+
 .PHONY: FORCE all test test-unit test-san bench deps clean cuda
 all: $(ALL)
 
@@ -130,8 +134,11 @@ cuda: $(if $(CUDA_SRC),$(LIB_CUDA))
 # happened.  Its own directory and ports, so that it never touches a cluster of the user's.
 SLURM_TEST_DIR ?= /tmp/hearth-slurm-test
 SLURM_TEST_PORT ?= 16917
+# slurmrestd (JWT) of that instance, for tests/cli/hearth_slurmrest.sh.
+SLURM_TEST_REST_PORT ?= 16916
 SLURM_TEST_ENV = HEARTH_SLURM_DIR=$(SLURM_TEST_DIR) HEARTH_SLURM_PORT_BASE=$(SLURM_TEST_PORT) \
 	HEARTH_SLURM_NODES=2 HEARTH_SLURM_CPUS=2 HEARTH_SLURM_MAX_ARRAY_SIZE=5 \
+	HEARTH_SLURM_REST_PORT=$(SLURM_TEST_REST_PORT) \
 	SLURM_CONF=$(SLURM_TEST_DIR)/slurm.conf
 test: all $(TEST_BINS)
 	@$(SLURM_TEST_ENV) contrib/slurm-local/start.sh || \

@@ -19,6 +19,8 @@ packages=(
     slurm-wlm         # slurmctld + slurmd for the throw-away test cluster (contrib/slurm-local)
     slurm-client      # sbatch, squeue, sacct, scontrol, scancel (slurm backend)
     munge             # Slurm's authentication
+    slurmrestd        # Slurm's REST API (slurmrest backend; start.sh --rest)
+    slurm-wlm-jwt-plugin  # auth/jwt: slurmrestd's clients authenticate with `scontrol token`
 )
 
 missing=()

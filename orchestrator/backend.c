@@ -11,8 +11,7 @@ int backend_open(const char *name, backend **out, hearth_err *err)
     if (strcmp(name, "slurm") == 0)
         return backend_slurm_create(out, err);
     if (strcmp(name, "slurmrest") == 0)
-        return herr_set(err, HERR_CONFIG, "--backend %s: not available in this build yet "
-                        "(use --backend local)", name);
+        return backend_slurmrest_create(out, NULL, NULL, err);
     return herr_set(err, HERR_CONFIG, "--backend %s: unknown backend (expected local, slurm "
                     "or slurmrest)", name);
 }

@@ -1,8 +1,9 @@
 /* backend.h - where job scripts run: submit one, learn when jobs end, cancel one.
  *
  * The sweep (sweep.h) drives every backend through this interface; `local` runs jobs as
- * processes of this machine (backend_local.c); `slurm` (sbatch/squeue/sacct/scancel) and
- * `slurmrest` (libcurl) plug in later with the same calls.
+ * processes of this machine (backend_local.c); `slurm` (sbatch/squeue/scontrol/scancel,
+ * backend_slurm.c) and `slurmrest` (slurmrestd through libcurl, backend_slurmrest.c) run
+ * them as Slurm jobs, with one mapping of Slurm's states (slurm_state.h).
  *
  * A job is a rendered job script in its run directory (rundir.h).  The job id is the
  * backend's own (local: the pid of the job script, which leads its own process group;
@@ -87,7 +88,8 @@ struct backend {
     const backend_ops *ops;
 };
 
-/* Opens backend `name` ("local"); HERR_CONFIG for an unknown or not yet available one. */
+/* Opens backend `name` ("local", "slurm", "slurmrest": its URL and token file from the
+ * environment, see backend_slurmrest_create); HERR_CONFIG for an unknown one. */
 int backend_open(const char *name, backend **out, hearth_err *err);
 void backend_free(backend *b);
 
@@ -98,5 +100,15 @@ int backend_local_create(backend **out, int grace_ms, hearth_err *err);
 /* The Slurm backend (sbatch, squeue, scontrol, scancel from PATH; backend_slurm.c).  It
  * polls at most every $HEARTH_SLURM_POLL_MS (default 2000) ms. */
 int backend_slurm_create(backend **out, hearth_err *err);
+
+/* The slurmrestd backend (libcurl; backend_slurmrest.c): the same jobs as the Slurm
+ * backend, submitted one by one (no arrays).  url: "http://HOST:PORT" or "unix:/PATH"
+ * (NULL or "": $HEARTH_SLURMREST_URL); token_file: a JWT from `scontrol token` in a file
+ * only its owner may access (NULL or "": $HEARTH_SLURMREST_TOKEN_FILE).  The token is read
+ * here, kept in memory and sent only as a request header.  It polls at most every
+ * $HEARTH_SLURMREST_POLL_MS (else $HEARTH_SLURM_POLL_MS, else 2000) ms, one GET of the job
+ * listing per cycle. */
+int backend_slurmrest_create(backend **out, const char *url, const char *token_file,
+                             hearth_err *err);
 
 #endif

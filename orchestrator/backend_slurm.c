@@ -35,6 +35,7 @@
 #include "backend.h"
 #include "render.h"
 #include "rundir.h"
+#include "slurm_state.h"
 
 typedef struct {
     void *tag;
@@ -189,65 +190,16 @@ static void first_line(const char *s, char *buf, size_t size)
     snprintf(buf, size, "%.*s", (int)best_n, best);
 }
 
-/* RUN_DIR/exit_code when it is job `job_id`'s: the job script writes its id to
- * exit_code.job just before.  0 when absent or another job's (a late write of an earlier,
- * killed attempt must not pass for this one's). */
-static int job_exit_code(const char *run_dir, const char *job_id, int *code)
-{
-    char path[4200], buf[128];
-    if (rundir_path(path, sizeof path, run_dir, "exit_code.job", NULL))
-        return 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        ssize_t n = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        char who[BACKEND_JOB_ID_MAX] = "";
-        if (n > 0) {
-            buf[n] = 0;
-            sscanf(buf, "%63s", who);
-        }
-        if (who[0] && strcmp(who, job_id) != 0)
-            return 0;
-    }
-    return rundir_exit_code(run_dir, code);
-}
+/* ---- states (their meaning: slurm_state.h, shared with backend_slurmrest.c) ------------- */
 
-/* ---- states ------------------------------------------------------------------------------ */
-
-enum { ST_ALIVE, ST_DONE, ST_CANCELLED, ST_TIMEOUT, ST_REQUEUE, ST_UNKNOWN };
-
-/* Slurm's job state name (squeue %T, scontrol JobState) to what it means here. */
-static int classify(const char *state)
-{
-    static const char *const alive[] = {
-        "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
-        "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED",
-        "RESV_DEL_HOLD", "SPECIAL_EXIT",
-    };
-    for (size_t i = 0; i < sizeof alive / sizeof alive[0]; i++)
-        if (strcmp(state, alive[i]) == 0)
-            return ST_ALIVE;
-    if (!strcmp(state, "COMPLETED") || !strcmp(state, "FAILED") ||
-        !strcmp(state, "OUT_OF_MEMORY"))
-        return ST_DONE;
-    if (!strncmp(state, "CANCELLED", 9))
-        return ST_CANCELLED;
-    if (!strcmp(state, "TIMEOUT") || !strcmp(state, "DEADLINE"))
-        return ST_TIMEOUT;
-    if (!strcmp(state, "NODE_FAIL") || !strcmp(state, "PREEMPTED") ||
-        !strcmp(state, "BOOT_FAIL"))
-        return ST_REQUEUE;
-    return ST_UNKNOWN;
-}
-
-/* One squeue for the given job ids: fills state[i] (ST_*, ST_UNKNOWN when squeue does not
+/* One squeue for the given job ids: fills state[i] (slurm_state; UNKNOWN when squeue does not
  * know the job).  Returns 0, 1 when squeue itself failed (transient: slurmctld busy or
  * restarting; *why says how), or a negative herr_code. */
 static int query_states(char *const *ids, size_t n, int *state, char *why, size_t why_size,
                         hearth_err *err)
 {
     for (size_t i = 0; i < n; i++)
-        state[i] = ST_UNKNOWN;
+        state[i] = SLURM_ST_UNKNOWN;
     if (n == 0)
         return 0;
     size_t len = 1;
@@ -284,7 +236,7 @@ static int query_states(char *const *ids, size_t n, int *state, char *why, size_
             continue;
         for (size_t i = 0; i < n; i++)
             if (strcmp(ids[i], id) == 0)
-                state[i] = classify(st);
+                state[i] = slurm_state_classify(st);
     }
     free(out);
     free(etxt);
@@ -382,7 +334,7 @@ static int find_by_name(const backend_job *job, char id_out[BACKEND_JOB_ID_MAX],
                 f[k] = bar + 1;
             }
         }
-        if (!f[3] || classify(f[1]) != ST_ALIVE)
+        if (!f[3] || slurm_state_classify(f[1]) != SLURM_ST_ALIVE)
             continue;
         long long id = -1, task = -1;
         if (sscanf(f[0], "%lld_%lld", &id, &task) < 1)
@@ -731,30 +683,6 @@ static int slurm_track(backend *b, const backend_job *job, const char *job_id, v
     return 1;
 }
 
-static void end_event(sjob *j, int st, int scontrol_code, backend_event *e)
-{
-    memset(e, 0, sizeof *e);
-    e->tag = j->tag;
-    snprintf(e->job_id, sizeof e->job_id, "%s", j->job_id);
-    int code = 0;
-    if (job_exit_code(j->run_dir, j->job_id, &code)) {
-        e->has_exit_code = 1;
-        e->exit_code = code;
-    } else if (scontrol_code >= 0) {
-        e->has_exit_code = 1;
-        e->exit_code = scontrol_code;
-    }
-    switch (st) {
-    case ST_CANCELLED: e->how = BACKEND_CANCELLED; break;
-    case ST_TIMEOUT: e->how = BACKEND_TIMEOUT; break;
-    case ST_REQUEUE: e->how = BACKEND_REQUEUE; break;
-    case ST_DONE: e->how = e->has_exit_code ? BACKEND_EXITED : BACKEND_VANISHED; break;
-    default: e->how = e->has_exit_code && !j->cancelled ? BACKEND_EXITED : BACKEND_VANISHED;
-    }
-    if (j->cancelled && e->how != BACKEND_EXITED)
-        e->how = BACKEND_CANCELLED;
-}
-
 static int slurm_poll(backend *b, int timeout_ms, backend_event *ev, size_t cap, size_t *n,
                       hearth_err *err)
 {
@@ -802,8 +730,8 @@ static int slurm_poll(backend *b, int timeout_ms, backend_event *ev, size_t cap,
     for (size_t i = 0; i < m; i++) {
         int dummy;
         codes[i] = -1;
-        if (st[i] != ST_ALIVE && !job_exit_code(sb->jobs[i].run_dir, ids[i], &dummy) &&
-            st[i] != ST_UNKNOWN)
+        if (st[i] != SLURM_ST_ALIVE && !slurm_job_exit_code(sb->jobs[i].run_dir, ids[i], &dummy) &&
+            st[i] != SLURM_ST_UNKNOWN)
             need[nn++] = ids[i];
     }
     int *ncodes = NULL;
@@ -818,8 +746,9 @@ static int slurm_poll(backend *b, int timeout_ms, backend_event *ev, size_t cap,
     size_t w = 0;
     for (size_t i = 0; i < m; i++) {
         sjob *j = &sb->jobs[i];
-        if (st[i] != ST_ALIVE && *n < cap) {
-            end_event(j, st[i], codes[i], &ev[(*n)++]);
+        if (st[i] != SLURM_ST_ALIVE && *n < cap) {
+            slurm_state_event(j->run_dir, j->job_id, j->tag, (slurm_state)st[i], codes[i],
+                              j->cancelled, &ev[(*n)++]);
             free(j->run_dir);
             continue;
         }
@@ -844,7 +773,7 @@ static int slurm_alive(backend *b, const backend_job *job, const char *job_id,
     int rc = query_states(ids, 1, &st, why, sizeof why, err);
     if (rc == 1)
         return herr_set(err, HERR_RUNTIME, "squeue: %s", why);
-    return rc < 0 ? rc : st == ST_ALIVE;
+    return rc < 0 ? rc : st == SLURM_ST_ALIVE;
 }
 
 static int slurm_cancel(backend *b, const backend_job *job, const char *job_id,

@@ -27,6 +27,10 @@ static const hcli_opt plan_opts[] = {
 
 static const hcli_opt submit_opts[] = {
     { "backend", 0, "NAME", "local|slurm|slurmrest", "where jobs run (default local)" },
+    { "rest-url", 0, "URL", NULL, "slurmrest: slurmrestd's address, http://HOST:PORT or "
+      "unix:/PATH (default $HEARTH_SLURMREST_URL)" },
+    { "rest-token-file", 0, "FILE", NULL, "slurmrest: file holding a JWT from `scontrol "
+      "token`, mode 600 (default $HEARTH_SLURMREST_TOKEN_FILE)" },
     { "jobs", 'j', "N", NULL, "run at most N jobs at once (default: CPUs / cpus_per_task)" },
     { "dry-run", 'n', NULL, NULL, "show what would be created and run; change nothing" },
     { "force", 0, NULL, NULL, "run points again even when their runs already completed" },

@@ -280,6 +280,14 @@ int cmd_submit(hcli_ctx *c)
     int dry = hcli_flag(c, "dry-run"), code = HCLI_EXIT_OK;
     backend *probe = NULL;
 
+    /* --rest-url / --rest-token-file become the environment variables they stand for, so
+     * that every backend_open of this process (and of a detached runner) finds them.  The
+     * token file's path is not secret; the token itself is read by the backend only. */
+    const char *rest_url = hcli_get(c, "rest-url"), *rest_tok = hcli_get(c, "rest-token-file");
+    if (rest_url)
+        setenv("HEARTH_SLURMREST_URL", rest_url, 1);
+    if (rest_tok)
+        setenv("HEARTH_SLURMREST_TOKEN_FILE", rest_tok, 1);
     int rc = spec_load(&s, c->argv[0], &err);
     if (rc) {
         rc = HERR_CONFIG;   /* an unreadable spec is a usage error too */

@@ -4,14 +4,18 @@
 # directory.  Safe to run again: a running, healthy instance is left as it is.
 #
 #   contrib/slurm-local/start.sh [--dir DIR] [--port-base PORT] [--nodes K] [--cpus C]
-#                                [--max-array-size N]
+#                                [--max-array-size N] [--rest PORT]
 #   then: export SLURM_CONF=DIR/slurm.conf      (or: . DIR/env.sh)
+#
+# --rest PORT also starts slurmrestd on 127.0.0.1:PORT with JWT authentication (as user
+# slurm, openapi/v0.0.38) and writes a token for root to DIR/rest/token (mode 600).
 #
 # Options have environment equivalents (options win): HEARTH_SLURM_DIR (/tmp/hearth-slurm),
 # HEARTH_SLURM_PORT_BASE (16817: slurmctld; slurmd use the next K ports),
 # HEARTH_SLURM_NODES (2), HEARTH_SLURM_CPUS (CPUs per node, 2),
 # HEARTH_SLURM_MAX_ARRAY_SIZE (1001), HEARTH_SLURM_MIN_JOB_AGE (300 s),
-# HEARTH_SLURM_SLURMD_TIMEOUT (300 s).  Two instances coexist when their directories and
+# HEARTH_SLURM_SLURMD_TIMEOUT (300 s), HEARTH_SLURM_REST_PORT (none),
+# HEARTH_SLURM_TOKEN_LIFESPAN (86400 s).  Two instances coexist when their directories and
 # port ranges differ.  See README.md.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,6 +27,8 @@ CPUS=${HEARTH_SLURM_CPUS:-2}
 MAXARR=${HEARTH_SLURM_MAX_ARRAY_SIZE:-1001}
 MINAGE=${HEARTH_SLURM_MIN_JOB_AGE:-300}
 SDTIMEOUT=${HEARTH_SLURM_SLURMD_TIMEOUT:-300}
+REST=${HEARTH_SLURM_REST_PORT:-}
+LIFESPAN=${HEARTH_SLURM_TOKEN_LIFESPAN:-86400}
 while [ $# -gt 0 ]; do
     case "$1" in
     --dir) DIR=$2; shift 2 ;;
@@ -30,11 +36,13 @@ while [ $# -gt 0 ]; do
     --nodes) NODES=$2; shift 2 ;;
     --cpus) CPUS=$2; shift 2 ;;
     --max-array-size) MAXARR=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --rest) REST=$2; shift 2 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "start.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
 case "$DIR" in /*) ;; *) DIR=$(pwd)/$DIR ;; esac
+case "$REST" in ''|[0-9]*) ;; *) echo "start.sh: --rest $REST: expected a port number" >&2; exit 2 ;; esac
 
 say() { echo "slurm-local: $*" >&2; }
 die() { say "$*"; for f in "$DIR"/log/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }; done; exit 1; }
@@ -43,6 +51,10 @@ die() { say "$*"; for f in "$DIR"/log/*.log; do [ -f "$f" ] && { echo "--- $f" >
 for b in munged slurmctld slurmd sinfo srun; do
     command -v "$b" >/dev/null || die "$b not found: run contrib/install-deps.sh (slurm-wlm, slurm-client, munge)"
 done
+if [ -n "$REST" ]; then
+    command -v slurmrestd >/dev/null || die "slurmrestd not found: run contrib/install-deps.sh (slurmrestd, slurm-wlm-jwt-plugin)"
+    id slurm >/dev/null 2>&1 || die "no user slurm to run slurmrestd as (it refuses root): install slurmrestd"
+fi
 
 alive() {   # alive NAME: the daemon recorded in DIR/run/NAME.pid lives
     local p
@@ -52,19 +64,53 @@ alive() {   # alive NAME: the daemon recorded in DIR/run/NAME.pid lives
 
 export SLURM_CONF="$DIR/slurm.conf"
 
+# The config asks for JWT exactly when --rest does: a change needs a restart (stop.sh).
+jwt_configured() { grep -q '^AuthAltTypes=auth/jwt' "$DIR/slurm.conf" 2>/dev/null; }
+
 healthy() {
     alive munged && alive slurmctld || return 1
+    [ -z "$REST" ] || alive slurmrestd || return 1
     for i in $(seq 1 "$NODES"); do alive "slurmd-n$i" || return 1; done
     [ -z "$(sinfo -h -o '%t' 2>/dev/null | grep -vE '^idle|^mix|^alloc')" ] &&
         [ -n "$(sinfo -h -o '%t' 2>/dev/null)" ]
 }
 
-if [ -f "$DIR/slurm.conf" ] && healthy; then
-    say "already running in $DIR (export SLURM_CONF=$SLURM_CONF)"
-    exit 0
+# A token for root (DIR/rest/token, mode 600) from slurmctld: made at every start, so that
+# running start.sh again renews it.  SLURM_JWT is never exported here (scontrol would use it).
+write_token() {
+    local t
+    t=$(env -u SLURM_JWT scontrol token username=root lifespan="$LIFESPAN" 2>&1) ||
+        die "scontrol token failed: $t"
+    t=${t#SLURM_JWT=}
+    ( umask 077; printf '%s\n' "$t" >"$DIR/rest/token.tmp" ) && mv -f "$DIR/rest/token.tmp" "$DIR/rest/token" ||
+        die "cannot write $DIR/rest/token"
+}
+
+# Whether slurmrestd answers a ping authenticated with DIR/rest/token (plain bash: no curl
+# needed; the token never appears on a command line).
+rest_ping() {
+    local line
+    line=$( exec 2>/dev/null; exec 3<>"/dev/tcp/127.0.0.1/$REST" || exit 1
+        printf 'GET /slurm/v0.0.38/ping HTTP/1.0\r\nHost: 127.0.0.1\r\nX-SLURM-USER-NAME: root\r\nX-SLURM-USER-TOKEN: %s\r\n\r\n' \
+            "$(cat "$DIR/rest/token")" >&3
+        read -r -t 5 l <&3 && echo "$l" )
+    case "$line" in "HTTP/"*" 200"*) return 0 ;; esac
+    return 1
+}
+
+if [ -f "$DIR/slurm.conf" ] && alive slurmctld; then
+    if [ -n "$REST" ] && ! jwt_configured; then
+        die "the instance in $DIR runs without JWT: stop it (stop.sh --dir $DIR) and start it again with --rest"
+    fi
+    if healthy; then
+        [ -z "$REST" ] || write_token
+        say "already running in $DIR (export SLURM_CONF=$SLURM_CONF)"
+        exit 0
+    fi
 fi
 
 mkdir -p "$DIR"/{run,log,state,munge}
+chmod 755 "$DIR"   # slurmrestd (user slurm) reads slurm.conf here
 chmod 700 "$DIR/munge"
 
 # ---- munge: its own key and socket, so that it never meets a system munged ----
@@ -80,13 +126,27 @@ if ! alive munged; then
     [ -S "$DIR/munge/munge.socket" ] || die "munged did not start"
 fi
 
+# ---- JWT key for slurmrestd's clients (32 random bytes, read by slurmctld) ----
+alt=
+if [ -n "$REST" ]; then
+    mkdir -p "$DIR/rest"
+    chmod 700 "$DIR/rest"
+    if [ ! -s "$DIR/rest/jwt.key" ]; then
+        ( umask 077; dd if=/dev/urandom of="$DIR/rest/jwt.key" bs=32 count=1 status=none )
+    fi
+    chmod 600 "$DIR/rest/jwt.key"
+    chown slurm:slurm "$DIR/rest" "$DIR/rest/jwt.key"
+    alt="AuthAltTypes=auth/jwt\nAuthAltParameters=jwt_key=$DIR/rest/jwt.key"
+fi
+
 # ---- slurm.conf ----
 last=$((PORT + NODES))
 sed -e "s|@DIR@|$DIR|g" -e "s|@CLUSTER@|hearth$PORT|g" -e "s|@CTLD_PORT@|$PORT|g" \
     -e "s|@NODES@|$NODES|g" -e "s|@SLURMD_PORTS@|$((PORT + 1))-$last|g" -e "s|@CPUS@|$CPUS|g" \
     -e "s|@MAX_ARRAY_SIZE@|$MAXARR|g" -e "s|@MIN_JOB_AGE@|$MINAGE|g" \
-    -e "s|@SLURMD_TIMEOUT@|$SDTIMEOUT|g" \
+    -e "s|@SLURMD_TIMEOUT@|$SDTIMEOUT|g" -e "s|@AUTH_ALT@|$alt|" \
     "$here/slurm.conf.in" >"$DIR/slurm.conf.tmp"
+chmod 644 "$DIR/slurm.conf.tmp"
 mv -f "$DIR/slurm.conf.tmp" "$DIR/slurm.conf"
 cat >"$DIR/env.sh" <<ENV
 # . this file to use the cluster in $DIR
@@ -121,4 +181,25 @@ for _ in $(seq 150); do
 done
 [ -n "$ok" ] || die "nodes not idle after 30 s: $(sinfo -N 2>&1)"
 timeout 60 srun -N1 -n1 -t 1 true || die "srun true failed"
+
+# ---- slurmrestd: JWT over TCP on 127.0.0.1, as user slurm (it refuses root) ----
+if [ -n "$REST" ]; then
+    write_token
+    if ! alive slurmrestd; then
+        # SLURM_JWT=daemon in its environment only: it then speaks to slurmctld with each
+        # client's token.  openapi/v0.0.38 alone: the dbv0.0.38 plugin needs slurmdbd.
+        setsid env SLURM_JWT=daemon slurmrestd -f "$SLURM_CONF" -a rest_auth/jwt \
+            -s openapi/v0.0.38 -u slurm "127.0.0.1:$REST" \
+            </dev/null >>"$DIR/log/slurmrestd.log" 2>&1 &
+        echo $! >"$DIR/run/slurmrestd.pid"
+    fi
+    ok=
+    for _ in $(seq 100); do
+        alive slurmrestd || die "slurmrestd exited"
+        rest_ping && { ok=1; break; }
+        sleep 0.1
+    done
+    [ -n "$ok" ] || die "slurmrestd on 127.0.0.1:$REST does not answer"
+    say "slurmrestd on http://127.0.0.1:$REST (JWT; token in $DIR/rest/token)"
+fi
 say "up in $DIR: $NODES nodes, slurmctld on port $PORT (export SLURM_CONF=$SLURM_CONF)"

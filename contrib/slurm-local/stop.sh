@@ -19,8 +19,8 @@ done
 [ -d "$DIR/run" ] || { [ -n "$purge" ] && rm -rf "$DIR"; exit 0; }
 
 pids=()
-# slurmd first (they run the jobs), then slurmctld, then munged.
-for f in "$DIR"/run/slurmd-*.pid "$DIR/run/slurmctld.pid" "$DIR/run/munged.pid"; do
+# slurmrestd and slurmd first (they run the jobs), then slurmctld, then munged.
+for f in "$DIR/run/slurmrestd.pid" "$DIR"/run/slurmd-*.pid "$DIR/run/slurmctld.pid" "$DIR/run/munged.pid"; do
     [ -f "$f" ] || continue
     p=$(cat "$f" 2>/dev/null)
     if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then

@@ -104,7 +104,7 @@ static void run_suggest(void *ctx, const char *key, char *buf, size_t size)
     snprintf(buf, size, "%s", best ? best : "");
 }
 
-static const field_walker walker = { run_classify, run_suggest, NULL };
+const field_walker run_config_walker = { run_classify, run_suggest, NULL };
 
 /* ---- collecting settings ------------------------------------------------------------ */
 
@@ -143,7 +143,7 @@ static int add_override(cfg_ctx *x, const config_override *o, hearth_err *err)
     }
     if ((rc = keep_tree(x, t, err)))
         return rc;
-    return field_walk(&walker, NULL, key, t->root ? t->root : &null_node, &x->set, err);
+    return field_walk(&run_config_walker, NULL, key, t->root ? t->root : &null_node, &x->set, err);
 }
 
 /* ---- where a key was set ------------------------------------------------------------ */
@@ -347,7 +347,7 @@ static int load(cfg_ctx *x, yaml_tree *file_tree, const config_override *ovr, in
     if (file_tree) {
         if ((rc = keep_tree(x, file_tree, err)))
             return rc;
-        if ((rc = field_walk(&walker, x->file, NULL, file_tree->root, &x->set, err)))
+        if ((rc = field_walk(&run_config_walker, x->file, NULL, file_tree->root, &x->set, err)))
             return rc;
     }
     for (int i = 0; i < n_ovr; i++)

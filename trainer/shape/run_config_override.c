@@ -230,57 +230,6 @@ struct run_config_base {
     preset_state *scratch;            /* for points that change the model */
 };
 
-/* Which keys exist: as run_config.c classifies them (a model mapping is a section,
- * `model: NAME` is model.preset). */
-static int base_classify(void *ctx, const char *key, const yaml_tree_node *v, char *canon,
-                         size_t size)
-{
-    (void)ctx;
-    int is_map = v && v->kind == YAML_TREE_MAP;
-    if (strcmp(key, "model") == 0) {
-        if (is_map)
-            return WALK_SECTION;
-        snprintf(canon, size, "model.preset");
-        return WALK_LEAF;
-    }
-    if (strcmp(key, "model.preset") == 0)
-        return WALK_LEAF;
-    int n;
-    const field_desc *t;
-    if (strncmp(key, "model.", 6) == 0) {
-        t = model_fields(&n);
-        key += 6;
-    } else {
-        t = config_fields(&n);
-    }
-    int section = field_is_section(t, n, key);
-    if (section && is_map)
-        return WALK_SECTION;
-    if (field_find(t, n, key) >= 0)
-        return WALK_LEAF;
-    return section ? WALK_SECTION : WALK_UNKNOWN;
-}
-
-static void base_suggest(void *ctx, const char *key, char *buf, size_t size)
-{
-    (void)ctx;
-    field_suggestion s;
-    field_suggest_init(&s);
-    int n;
-    const field_desc *t = config_fields(&n);
-    for (int i = 0; i < n; i++)
-        field_suggest_add(&s, key, t[i].key);
-    field_suggest_add(&s, key, "model.preset");
-    t = model_fields(&n);
-    for (int i = 0; i < n; i++) {
-        char k[160];
-        snprintf(k, sizeof k, "model.%s", t[i].key);
-        field_suggest_add(&s, key, k);
-    }
-    const char *best = field_suggest_result(&s, key);
-    snprintf(buf, size, "%s", best ? best : "");
-}
-
 void run_config_base_free(run_config_base *b)
 {
     if (!b)
@@ -310,8 +259,7 @@ int run_config_base_create(run_config_base **out, const char *file, const yaml_t
     int nc, rc;
     const field_desc *tc = config_fields(&nc);
     field_state_init(st, tc, nc, &b->c);
-    field_walker w = { base_classify, base_suggest, NULL };
-    rc = field_walk(&w, file, NULL, root, &b->set, err);
+    rc = field_walk(&run_config_walker, file, NULL, root, &b->set, err);
     for (int k = 0; !rc && k < b->set.n; k++) {
         const field_setting *s = &b->set.v[k];
         if (strcmp(s->key, "model.preset") == 0)

@@ -57,6 +57,11 @@ int run_rules_check(const run_config *c, rule_issue *iss);
  * place these rules live (docs/config.md lists them); every resolver calls it. */
 void run_config_derive(run_config *c, const unsigned char *is_auto);
 
+/* Which keys a run config has (a `model` mapping is a section, `model: NAME` is
+ * model.preset), with "did you mean" hints: shared by the config reader and the
+ * orchestrator's base-config reader so both accept exactly the same keys. */
+extern const field_walker run_config_walker;
+
 /* Shortest decimal text that reads back as exactly the same double / float
  * (at most 17 / 9 significant digits).  buf needs 32 bytes. */
 void shape_format_double(double v, char *buf, size_t size);

@@ -27,7 +27,7 @@ LDFLAGS += -fopenmp $(SANFLAGS)
 TRAIN_LDLIBS = -lyaml -ljansson -lcrypto -lm -lpthread $(or $(shell pkg-config --libs pmix 2>/dev/null),-lpmix)
 ORCH_LDLIBS  = -lsqlite3 -lcurl $(TRAIN_LDLIBS)
 
-NVCCFLAGS = -O2 -std=c++17 -I. -Ikernels \
+NVCCFLAGS = -O2 -std=c++17 -I. -Ikernels -MMD -MP \
             -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=sm_90 \
             -Xcompiler -Wall,-Wextra,-Werror
 
@@ -35,7 +35,7 @@ KERNEL_SRC := $(wildcard kernels/cpu/*.c)
 CUDA_SRC   := $(wildcard kernels/cuda/*.cu)
 SHAPE_SRC  := $(wildcard trainer/shape/*.c)
 MODEL_SRC  := $(wildcard trainer/model/*.c)
-TRAIN_SRC  := $(filter-out trainer/main.c,$(wildcard trainer/*.c))
+TRAIN_SRC  := $(filter-out trainer/main.c,$(wildcard trainer/*.c)) $(wildcard trainer/comm/*.c) $(wildcard trainer/parallel/*.c)
 ORCH_SRC   := $(filter-out orchestrator/main.c,$(wildcard orchestrator/*.c))
 TEST_SUPPORT_SRC := $(wildcard tests/unit/support/*.c)
 TEST_SRC   := $(wildcard tests/unit/test_*.c)
@@ -59,10 +59,19 @@ ORCH_BIN   := $(BUILD)/bin/hearth
 TEST_BINS  := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 BENCH_BINS := $(patsubst contrib/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
+# GPU test and benchmark programs (tests/gpu, contrib/bench/*.cu): plain TAP/table
+# printers linked with nvcc against the kernel libraries only (no libyaml or cmocka, which
+# the GPU machine lacks).  Without a device the test prints one skipped case.
+GPU_TEST_BIN  := $(BUILD)/tests/gpu/test_kernels_gpu
+GPU_BENCH_BIN := $(BUILD)/bench/bench_gemm_gpu
+CUDA_LDLIBS    = -lcublasLt -lgomp -lm
+GPU_BINS      :=
+
 ALL := $(TRAIN_BIN) $(if $(wildcard orchestrator/main.c),$(ORCH_BIN))
 ifneq ($(NVCC),)
 ifneq ($(CUDA_SRC),)
 ALL += $(LIB_CUDA)
+GPU_BINS := $(GPU_TEST_BIN) $(GPU_BENCH_BIN)
 endif
 endif
 
@@ -70,7 +79,7 @@ endif
 # its `rm` line would follow the test summary).
 .SECONDARY:
 
-.PHONY: FORCE all test test-unit test-san bench deps clean cuda
+.PHONY: FORCE all test test-unit test-san bench deps clean cuda gpu-tests
 all: $(ALL)
 
 $(BUILD)/obj/%.o: %.c
@@ -128,6 +137,16 @@ orchestrator/db_migrations.c: db/gen_migrations.sh $(wildcard db/migrations/*.sq
 
 cuda: $(if $(CUDA_SRC),$(LIB_CUDA))
 
+gpu-tests: $(GPU_BINS)
+
+$(GPU_TEST_BIN): $(BUILD)/obj/tests/gpu/test_kernels_gpu.o $(LIB_CUDA) $(LIB_KERNELS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $^ -o $@ $(CUDA_LDLIBS)
+
+$(GPU_BENCH_BIN): $(BUILD)/obj/contrib/bench/bench_gemm_gpu.o $(LIB_CUDA) $(LIB_KERNELS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $^ -o $@ $(CUDA_LDLIBS)
+
 # Every test: unit binaries and CLI scripts, one summary line at the end.
 # The Slurm tests (tests/cli/hearth_slurm_*.sh) need a cluster: `test` starts a throw-away
 # one (contrib/slurm-local, root needed) before the tests and stops it after, whatever
@@ -140,10 +159,10 @@ SLURM_TEST_ENV = HEARTH_SLURM_DIR=$(SLURM_TEST_DIR) HEARTH_SLURM_PORT_BASE=$(SLU
 	HEARTH_SLURM_NODES=2 HEARTH_SLURM_CPUS=2 HEARTH_SLURM_MAX_ARRAY_SIZE=5 \
 	HEARTH_SLURM_REST_PORT=$(SLURM_TEST_REST_PORT) \
 	SLURM_CONF=$(SLURM_TEST_DIR)/slurm.conf
-test: all $(TEST_BINS)
+test: all $(TEST_BINS) $(GPU_BINS)
 	@$(SLURM_TEST_ENV) contrib/slurm-local/start.sh || \
 	    echo "make test: the test Slurm cluster did not start: the Slurm tests will fail"; \
-	$(SLURM_TEST_ENV) BUILD=$(BUILD) tests/run.sh $(TEST_BINS) $(CLI_TESTS); rc=$$?; \
+	$(SLURM_TEST_ENV) BUILD=$(BUILD) tests/run.sh $(TEST_BINS) $(filter $(GPU_TEST_BIN),$(GPU_BINS)) $(CLI_TESTS); rc=$$?; \
 	$(SLURM_TEST_ENV) contrib/slurm-local/stop.sh >/dev/null 2>&1; exit $$rc
 
 test-unit: $(TEST_BINS)

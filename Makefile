@@ -71,7 +71,11 @@ ALL := $(TRAIN_BIN) $(if $(wildcard orchestrator/main.c),$(ORCH_BIN))
 ifneq ($(NVCC),)
 ifneq ($(CUDA_SRC),)
 ALL += $(LIB_CUDA)
+# Not under SAN=1: nvcc links without the sanitizer runtime that libhearth_kernels.a
+# then needs (and ASan under CUDA needs its own settings).
+ifneq ($(SAN),1)
 GPU_BINS := $(GPU_TEST_BIN) $(GPU_BENCH_BIN)
+endif
 endif
 endif
 

@@ -1,0 +1,282 @@
+/* gemm.cu - matmul forward/backward through cuBLASLt, bf16 (fp32 accumulation) and
+ * fp32 (no TF32).
+ *
+ * Row-major to cuBLASLt's column-major: a row-major [R,C] matrix is a column-major
+ * [C,R] one with leading dimension C, so every product is computed transposed:
+ *   out^T[N,M]    = W^T-as-stored(op T)[N,K] . inp^T[K,M]          (m=N, n=M, k=K)
+ *   dinp^T[K,M]  += W-as-stored[K,N] . dout^T[N,M]                 (m=K, n=M, k=N)
+ *   dW^T[K,N]    += inp^T[K,M] . (dout^T[N,M])^T                   (m=K, n=N, k=M)
+ * The bias of the forward is a per-row vector of the column-major C (length m = N),
+ * which is cuBLASLt's BIAS epilogue. */
+#include "cuda/kcuda_internal.h"
+
+#include <string.h>
+
+enum { DT_BF16 = 0, DT_F32 = 1 };
+
+struct gemm_args {
+    int dtype;
+    cublasOperation_t ta, tb;
+    int m, n, k;
+    const void *A;
+    int lda;
+    const void *B;
+    int ldb;
+    void *C;
+    int ldc;
+    float beta;
+    const void *bias; /* NULL: no epilogue */
+};
+
+/* The largest power of two (<= 16) dividing every pointer: cuBLASLt's choice depends
+ * on it, so it is part of the cache key. */
+static int ptr_align(const void *a, const void *b, const void *c, const void *d)
+{
+    uintptr_t x = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d | 16;
+    return (int)(x & (~x + 1));
+}
+
+static int key_eq(const struct kcuda_gemm_key *a, const struct kcuda_gemm_key *b)
+{
+    return memcmp(a, b, sizeof *a) == 0;
+}
+
+static unsigned key_hash(const struct kcuda_gemm_key *k)
+{
+    const unsigned char *p = (const unsigned char *)k;
+    unsigned h = 2166136261u;
+    for (size_t i = 0; i < sizeof *k; i++)
+        h = (h ^ p[i]) * 16777619u;
+    return h;
+}
+
+#define LT(call, what)                                                                    \
+    do {                                                                                  \
+        cublasStatus_t s_ = (call);                                                       \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                \
+            rc = kcuda_fail(ctx, KCUDA_ECUBLAS, "%s: %s", what, cublasLtGetStatusString(s_)); \
+            goto done;                                                                    \
+        }                                                                                 \
+    } while (0)
+
+/* The cache slot for key: the entry holding it, else the first free slot on its probe
+ * path, else NULL (table full). */
+static struct kcuda_gemm_entry *cache_slot(kcuda_ctx *ctx, const struct kcuda_gemm_key *key)
+{
+    unsigned h = key_hash(key) % KCUDA_GEMM_CACHE;
+    for (int i = 0; i < KCUDA_GEMM_CACHE; i++) {
+        struct kcuda_gemm_entry *e = &ctx->cache[(h + i) % KCUDA_GEMM_CACHE];
+        if (!e->used || key_eq(&e->key, key))
+            return e;
+    }
+    return NULL;
+}
+
+static int lt_matmul(kcuda_ctx *ctx, const struct gemm_args *g)
+{
+    int rc = KCUDA_OK;
+    cudaDataType_t dt = g->dtype == DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cublasComputeType_t ct = CUBLAS_COMPUTE_32F; /* fp32 accumulate; never TF32 */
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtEpilogue_t epi = g->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    float alpha = 1.0f, beta = g->beta;
+    int arows = g->ta == CUBLAS_OP_N ? g->m : g->k, acols = g->ta == CUBLAS_OP_N ? g->k : g->m;
+    int brows = g->tb == CUBLAS_OP_N ? g->k : g->n, bcols = g->tb == CUBLAS_OP_N ? g->n : g->k;
+    cublasLtMatmulHeuristicResult_t res;
+    const cublasLtMatmulAlgo_t *algo;
+
+    struct kcuda_gemm_key key;
+    memset(&key, 0, sizeof key); /* memcmp compares every byte */
+    key.dtype = g->dtype;
+    key.transa = (int)g->ta;
+    key.transb = (int)g->tb;
+    key.m = g->m;
+    key.n = g->n;
+    key.k = g->k;
+    key.epilogue = (int)epi;
+    key.beta1 = beta != 0.0f;
+    key.align = ptr_align(g->A, g->B, g->C, g->bias);
+
+    struct kcuda_gemm_entry *slot = cache_slot(ctx, &key);
+    if (slot && slot->used) {
+        ctx->cache_hits++;
+        if (g->bias)
+            LT(cublasLtMatmulDescSetAttribute(slot->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                              &g->bias, sizeof g->bias),
+               "set BIAS_POINTER");
+        LT(cublasLtMatmul(ctx->lt, slot->op, &alpha, g->A, slot->la, g->B, slot->lb, &beta,
+                          g->C, slot->lc, g->C, slot->lc, &slot->algo, ctx->workspace,
+                          ctx->workspace_bytes, ctx->stream),
+           "cublasLtMatmul");
+        return KCUDA_OK;
+    }
+    ctx->cache_misses++;
+    LT(cublasLtMatmulDescCreate(&op, ct, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &g->ta, sizeof g->ta),
+       "set TRANSA");
+    LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &g->tb, sizeof g->tb),
+       "set TRANSB");
+    if (g->bias) {
+        LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
+           "set EPILOGUE");
+        LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
+                                          sizeof g->bias),
+           "set BIAS_POINTER");
+    }
+    LT(cublasLtMatrixLayoutCreate(&la, dt, arows, acols, g->lda), "layout A");
+    LT(cublasLtMatrixLayoutCreate(&lb, dt, brows, bcols, g->ldb), "layout B");
+    LT(cublasLtMatrixLayoutCreate(&lc, dt, g->m, g->n, g->ldc), "layout C");
+    {
+        uint32_t al = (uint32_t)key.align;
+        int found = 0;
+        LT(cublasLtMatmulPreferenceCreate(&pref), "preference create");
+        LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                &ctx->workspace_bytes,
+                                                sizeof ctx->workspace_bytes),
+           "set MAX_WORKSPACE_BYTES");
+        LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                &al, sizeof al), "align A");
+        LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                &al, sizeof al), "align B");
+        LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                &al, sizeof al), "align C");
+        LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                &al, sizeof al), "align D");
+        LT(cublasLtMatmulAlgoGetHeuristic(ctx->lt, op, la, lb, lc, lc, pref, 1, &res, &found),
+           "cublasLtMatmulAlgoGetHeuristic");
+        if (found < 1) {
+            rc = kcuda_fail(ctx, KCUDA_ENOALGO,
+                            "cuBLASLt has no algorithm for m=%d n=%d k=%d align=%d", g->m,
+                            g->n, g->k, key.align);
+            goto done;
+        }
+    }
+    algo = &res.algo;
+    if (slot) { /* the entry takes the descriptors over */
+        slot->used = 1;
+        slot->key = key;
+        slot->algo = res.algo;
+        slot->op = op;
+        slot->la = la;
+        slot->lb = lb;
+        slot->lc = lc;
+        op = NULL;
+        la = lb = lc = NULL;
+        ctx->cache_entries++;
+        LT(cublasLtMatmul(ctx->lt, slot->op, &alpha, g->A, slot->la, g->B, slot->lb, &beta,
+                          g->C, slot->lc, g->C, slot->lc, &slot->algo, ctx->workspace,
+                          ctx->workspace_bytes, ctx->stream),
+           "cublasLtMatmul");
+    } else { /* table full: use the answer once, uncached */
+        LT(cublasLtMatmul(ctx->lt, op, &alpha, g->A, la, g->B, lb, &beta, g->C, lc, g->C, lc,
+                          algo, ctx->workspace, ctx->workspace_bytes, ctx->stream),
+           "cublasLtMatmul");
+    }
+done:
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    if (lc)
+        cublasLtMatrixLayoutDestroy(lc);
+    if (lb)
+        cublasLtMatrixLayoutDestroy(lb);
+    if (la)
+        cublasLtMatrixLayoutDestroy(la);
+    if (op)
+        cublasLtMatmulDescDestroy(op);
+    return rc;
+}
+
+/* dbias[n] += sum over rows of dout[:, n]: one thread per column, rows in order (fixed
+ * order, so deterministic), coalesced across the warp. */
+template <typename T>
+__global__ void bias_grad_kernel(T *dbias, const T *dout, int M, int N)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= N)
+        return;
+    float s = 0.0f;
+    for (int r = 0; r < M; r++)
+        s += kcuda_ld(dout + (size_t)r * N + c);
+    kcuda_st(dbias + c, kcuda_ld(dbias + c) + s);
+}
+
+static int check_shape(kcuda_ctx *ctx, const char *fn, int M, int K, int N)
+{
+    if (M <= 0 || K <= 0 || N <= 0)
+        return kcuda_fail(ctx, KCUDA_EARG, "%s: bad shape M=%d K=%d N=%d", fn, M, K, N);
+    return KCUDA_OK;
+}
+
+static int forward(kcuda_ctx *ctx, int dtype, void *out, const void *inp, const void *weight,
+                   const void *bias, int M, int K, int N)
+{
+    struct gemm_args g = {dtype, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, weight, K, inp, K,
+                          out, N, 0.0f, bias};
+    return lt_matmul(ctx, &g);
+}
+
+template <typename T>
+static int backward(kcuda_ctx *ctx, int dtype, T *dinp, T *dweight, T *dbias, const T *dout,
+                    const T *inp, const T *weight, int M, int K, int N)
+{
+    int rc;
+    if (dinp) {
+        struct gemm_args g = {dtype, CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, weight, K, dout, N,
+                              dinp, K, 1.0f, NULL};
+        if ((rc = lt_matmul(ctx, &g)) < 0)
+            return rc;
+    }
+    if (dweight) {
+        struct gemm_args g = {dtype, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, inp, K, dout, N,
+                              dweight, K, 1.0f, NULL};
+        if ((rc = lt_matmul(ctx, &g)) < 0)
+            return rc;
+    }
+    if (dbias) {
+        bias_grad_kernel<T><<<(N + 255) / 256, 256, 0, ctx->stream>>>(dbias, dout, M, N);
+        return kcuda_check_launch(ctx, "bias_grad_kernel");
+    }
+    return KCUDA_OK;
+}
+
+extern "C" int kcuda_matmul_forward_bf16(kcuda_ctx *ctx, kcuda_bf16 *out,
+                                         const kcuda_bf16 *inp, const kcuda_bf16 *weight,
+                                         const kcuda_bf16 *bias, int M, int K, int N)
+{
+    int rc = check_shape(ctx, "kcuda_matmul_forward_bf16", M, K, N);
+    return rc < 0 ? rc : forward(ctx, DT_BF16, out, inp, weight, bias, M, K, N);
+}
+
+extern "C" int kcuda_matmul_forward_f32(kcuda_ctx *ctx, float *out, const float *inp,
+                                        const float *weight, const float *bias, int M,
+                                        int K, int N)
+{
+    int rc = check_shape(ctx, "kcuda_matmul_forward_f32", M, K, N);
+    return rc < 0 ? rc : forward(ctx, DT_F32, out, inp, weight, bias, M, K, N);
+}
+
+extern "C" int kcuda_matmul_backward_bf16(kcuda_ctx *ctx, kcuda_bf16 *dinp,
+                                          kcuda_bf16 *dweight, kcuda_bf16 *dbias,
+                                          const kcuda_bf16 *dout, const kcuda_bf16 *inp,
+                                          const kcuda_bf16 *weight, int M, int K, int N)
+{
+    int rc = check_shape(ctx, "kcuda_matmul_backward_bf16", M, K, N);
+    if (rc < 0)
+        return rc;
+    return backward<__nv_bfloat16>(ctx, DT_BF16, (__nv_bfloat16 *)dinp,
+                                   (__nv_bfloat16 *)dweight, (__nv_bfloat16 *)dbias,
+                                   (const __nv_bfloat16 *)dout, (const __nv_bfloat16 *)inp,
+                                   (const __nv_bfloat16 *)weight, M, K, N);
+}
+
+extern "C" int kcuda_matmul_backward_f32(kcuda_ctx *ctx, float *dinp, float *dweight,
+                                         float *dbias, const float *dout, const float *inp,
+                                         const float *weight, int M, int K, int N)
+{
+    int rc = check_shape(ctx, "kcuda_matmul_backward_f32", M, K, N);
+    if (rc < 0)
+        return rc;
+    return backward<float>(ctx, DT_F32, dinp, dweight, dbias, dout, inp, weight, M, K, N);
+}

@@ -1,0 +1,86 @@
+/* kcuda_internal.h - what the kernels/cuda/ files share: the context's layout and the
+ * error helpers.  Not part of the API. */
+#ifndef HEARTH_KCUDA_INTERNAL_H
+#define HEARTH_KCUDA_INTERNAL_H
+
+#include "cuda/kcuda.h"
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+/* One cached heuristic choice per (dtype, transposes, m, n, k, epilogue, accumulate,
+ * alignment).  A small open table: GEMM shapes of a model are few (tens). */
+#define KCUDA_GEMM_CACHE 128
+
+struct kcuda_gemm_key {
+    int dtype, transa, transb, m, n, k, epilogue, beta1, align;
+};
+
+/* The descriptors are kept with the algorithm: creating them costs host time on every
+ * call, which small GEMMs (tens of microseconds) notice.  Owned by the context. */
+struct kcuda_gemm_entry {
+    int used;
+    struct kcuda_gemm_key key;
+    cublasLtMatmulAlgo_t algo;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;
+};
+
+struct kcuda_ctx {
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    void *workspace;
+    size_t workspace_bytes;
+    struct kcuda_gemm_entry cache[KCUDA_GEMM_CACHE];
+    int cache_entries;
+    long cache_hits, cache_misses;
+    char msg[256];
+};
+
+int kcuda_fail(kcuda_ctx *ctx, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Checks the last launch error; returns 0 or KCUDA_ECUDA with a message naming `what`. */
+int kcuda_check_launch(kcuda_ctx *ctx, const char *what);
+
+/* Block-wide sum of one float per thread (blockDim.x a multiple of 32, <= 1024).
+ * Every thread gets the total.  Uses 33 floats of shared memory. */
+__device__ __forceinline__ float kcuda_block_sum(float v)
+{
+    __shared__ float part[33];
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads(); /* part[] may still be read by a previous call */
+    if (lane == 0)
+        part[warp] = v;
+    __syncthreads();
+    float t = 0.0f;
+    for (int w = 0; w < nw; w++) /* same order in every thread: identical totals */
+        t += part[w];
+    return t;
+}
+
+__device__ __forceinline__ float kcuda_block_max(float v)
+{
+    __shared__ float part[33];
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (lane == 0)
+        part[warp] = v;
+    __syncthreads();
+    float t = -INFINITY;
+    for (int w = 0; w < nw; w++)
+        t = fmaxf(t, part[w]);
+    return t;
+}
+
+/* Storage conversions, so that templates read and write either type. */
+__device__ __forceinline__ float kcuda_ld(const float *p) { return *p; }
+__device__ __forceinline__ float kcuda_ld(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ void kcuda_st(float *p, float v) { *p = v; }
+__device__ __forceinline__ void kcuda_st(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+#endif

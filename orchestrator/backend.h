@@ -31,6 +31,9 @@ typedef struct {
     int cpus_per_task;
     int64_t time_limit_s;     /* wall-time limit; 0: none */
     int max_concurrent;       /* at most this many of a submit_many batch at once; 0: any */
+    const char *dependency;   /* Slurm only: start once these jobs ended (sbatch --dependency,
+                                 e.g. "afterok:12:13_4"), killed when that cannot be; NULL:
+                                 none.  The sweep sets it only for the slurm backend. */
 } backend_job;
 
 typedef enum {

@@ -192,14 +192,29 @@ static void first_line(const char *s, char *buf, size_t size)
 
 /* ---- states (their meaning: slurm_state.h, shared with backend_slurmrest.c) ------------- */
 
-/* One squeue for the given job ids: fills state[i] (slurm_state; UNKNOWN when squeue does not
- * know the job).  Returns 0, 1 when squeue itself failed (transient: slurmctld busy or
- * restarting; *why says how), or a negative herr_code. */
-static int query_states(char *const *ids, size_t n, int *state, char *why, size_t why_size,
-                        hearth_err *err)
+/* Whether a Slurm node list (squeue %N, SLURM_JOB_NODELIST) is one we may pass on as
+ * --exclude: names, ranges and commas only. */
+static int nodelist_ok(const char *s)
 {
-    for (size_t i = 0; i < n; i++)
+    if (!*s || strlen(s) >= 256)
+        return 0;
+    return s[strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.,-[]")]
+           == 0;
+}
+
+/* One squeue for the given job ids: fills state[i] (slurm_state; UNKNOWN when squeue does not
+ * know the job) and, when `failed_nodes` is not NULL, failed_nodes[i] with the job's node
+ * list when it ended by NODE_FAIL or BOOT_FAIL (a node's fault), else "".  Returns 0, 1 when
+ * squeue itself failed (transient: slurmctld busy or restarting; *why says how), or a
+ * negative herr_code. */
+static int query_states(char *const *ids, size_t n, int *state, char (*failed_nodes)[256],
+                        char *why, size_t why_size, hearth_err *err)
+{
+    for (size_t i = 0; i < n; i++) {
         state[i] = SLURM_ST_UNKNOWN;
+        if (failed_nodes)
+            failed_nodes[i][0] = 0;
+    }
     if (n == 0)
         return 0;
     size_t len = 1;
@@ -214,7 +229,7 @@ static int query_states(char *const *ids, size_t n, int *state, char *why, size_
         off += (size_t)sprintf(list + off, "%s%s", i ? "," : "", ids[i]);
     /* --array: one line per array task, pending ones too (else "123_[4-9]"). */
     char *argv[] = { "squeue", "--noheader", "--array", "--states=all", "--jobs", list,
-                     "--format=%i %T", NULL };
+                     "--format=%i %T %N", NULL };
     char *out = NULL, *etxt = NULL;
     int status = 0;
     int rc = run_cmd(argv, &out, &etxt, &status, err);
@@ -231,12 +246,16 @@ static int query_states(char *const *ids, size_t n, int *state, char *why, size_
         return unknown ? 0 : 1;
     }
     for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
-        char id[BACKEND_JOB_ID_MAX], st[64];
-        if (sscanf(line, "%63s %63s", id, st) != 2)
+        char id[BACKEND_JOB_ID_MAX], st[64], nodes[256] = "";
+        if (sscanf(line, "%63s %63s %255s", id, st, nodes) < 2)
             continue;
+        int node_fault = !strcmp(st, "NODE_FAIL") || !strcmp(st, "BOOT_FAIL");
         for (size_t i = 0; i < n; i++)
-            if (strcmp(ids[i], id) == 0)
+            if (strcmp(ids[i], id) == 0) {
                 state[i] = slurm_state_classify(st);
+                if (failed_nodes && node_fault && nodelist_ok(nodes))
+                    snprintf(failed_nodes[i], 256, "%s", nodes);
+            }
     }
     free(out);
     free(etxt);
@@ -383,6 +402,48 @@ static int add_job(slurm_backend *sb, const backend_job *job, void *tag, const c
     return 0;
 }
 
+/* RUN_DIR/exclude_nodes: the nodes the run's last attempt failed on (NODE_FAIL, BOOT_FAIL),
+ * which its next attempt is kept off with --exclude.  Written when an attempt ends by a
+ * node's fault, removed when it ends any other way (a later failure is not the node's). */
+static void note_failed_nodes(const char *run_dir, slurm_state st, const char *nodes)
+{
+    char path[4200];
+    hearth_err e;
+    if (rundir_path(path, sizeof path, run_dir, "exclude_nodes", &e))
+        return;
+    if (st != SLURM_ST_REQUEUE) {
+        unlink(path);
+        return;
+    }
+    char buf[300];
+    if (!nodes[0]) {   /* PREEMPTED (no node's fault), or squeue did not name the node */
+        unlink(path);
+        return;
+    }
+    int len = snprintf(buf, sizeof buf, "%s\n", nodes);
+    rundir_write_file(path, buf, (size_t)len, 0644, &e);
+}
+
+/* The node list in RUN_DIR/exclude_nodes (see note_failed_nodes): 1 with buf filled, or 0. */
+static int read_exclude(const char *run_dir, char *buf, size_t size)
+{
+    char path[4200];
+    hearth_err e;
+    buf[0] = 0;
+    if (rundir_path(path, sizeof path, run_dir, "exclude_nodes", &e))
+        return 0;
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    if (!fgets(buf, (int)size, f))
+        buf[0] = 0;
+    fclose(f);
+    buf[strcspn(buf, "\n")] = 0;
+    if (!nodelist_ok(buf))
+        buf[0] = 0;
+    return buf[0] != 0;
+}
+
 /* ---- sbatch command lines ------------------------------------------------------------------ */
 
 /* A growing argument vector of malloc'd strings. */
@@ -451,6 +512,13 @@ static void resource_args(argvec *a, const backend_job *job, const rundir_job *r
         av_add(a, "--constraint=%s", rj->constraint);
     for (int i = 0; rj && i < rj->n_sbatch; i++)
         av_add(a, "%s", rj->sbatch[i]);
+    if (job->dependency) {
+        /* `after` another experiment whose jobs are still in flight: Slurm starts this one
+         * when they ended, and cancels it when they cannot end as asked (afterok on a job
+         * that failed), whatever the cluster's DependencyParameters say. */
+        av_add(a, "--dependency=%s", job->dependency);
+        av_add(a, "--kill-on-invalid-dep=yes");
+    }
 }
 
 /* Runs the sbatch command line in `a`; fills id (digits, plus nothing else). */
@@ -489,6 +557,9 @@ static int slurm_submit_one(slurm_backend *sb, const backend_job *job, const run
     av_add(&a, "--open-mode=append");
     av_add(&a, "--chdir=%s", job->run_dir);
     resource_args(&a, job, rj);
+    char exclude[256];
+    if (read_exclude(job->run_dir, exclude, sizeof exclude))
+        av_add(&a, "--exclude=%s", exclude);   /* after a node failure: not there again */
     av_add(&a, "%s", job->script);
     char id[BACKEND_JOB_ID_MAX];
     int rc = run_sbatch(&a, job->script, id, err);
@@ -544,7 +615,8 @@ static int same_shape(const backend_job *a, const rundir_job *ra, const backend_
                       const rundir_job *rb)
 {
     if (a->cpus_per_task != b->cpus_per_task || a->time_limit_s != b->time_limit_s ||
-        a->max_concurrent != b->max_concurrent || !same_str(ra->partition, rb->partition) ||
+        a->max_concurrent != b->max_concurrent || !same_str(a->dependency, b->dependency) ||
+        !same_str(ra->partition, rb->partition) ||
         !same_str(ra->account, rb->account) || !same_str(ra->qos, rb->qos) ||
         !same_str(ra->constraint, rb->constraint) || ra->n_sbatch != rb->n_sbatch)
         return 0;
@@ -647,8 +719,12 @@ static int slurm_submit_many(backend *b, const backend_job *jobs, void *const *t
     size_t i = 0;
     while (!rc && i < n) {
         size_t cap = (size_t)max_array_size(sb), j = i + 1;
-        while (j < n && j - i < cap && same_shape(&jobs[i], &rj[i], &jobs[j], &rj[j]))
-            j++;
+        char exclude[256];
+        /* A run kept off a failed node goes alone (its options differ). */
+        if (!read_exclude(jobs[i].run_dir, exclude, sizeof exclude))
+            while (j < n && j - i < cap && same_shape(&jobs[i], &rj[i], &jobs[j], &rj[j]) &&
+                   !read_exclude(jobs[j].run_dir, exclude, sizeof exclude))
+                j++;
         rc = j - i == 1 ? slurm_submit_one(sb, &jobs[i], &rj[i], tags[i], job_ids[i], err)
                         : submit_array(sb, jobs + i, &rj[i], tags + i, j - i, job_ids + i, err);
         if (!rc)
@@ -705,23 +781,24 @@ static int slurm_poll(backend *b, int timeout_ms, backend_event *ev, size_t cap,
     int *st = malloc((m ? m : 1) * sizeof *st);
     int *codes = malloc((m ? m : 1) * sizeof *codes);
     char **need = malloc((m ? m : 1) * sizeof *need);
-    if (!ids || !st || !codes || !need) {
-        free(ids); free(st); free(codes); free(need);
+    char (*failed)[256] = malloc((m ? m : 1) * sizeof *failed);
+    if (!ids || !st || !codes || !need || !failed) {
+        free(ids); free(st); free(codes); free(need); free(failed);
         return herr_set(err, HERR_NOMEM, "out of memory");
     }
     for (size_t i = 0; i < m; i++)
         ids[i] = sb->jobs[i].job_id;
     char why[256] = "";
-    int rc = query_states(ids, m, st, why, sizeof why, err);
+    int rc = query_states(ids, m, st, failed, why, sizeof why, err);
     if (rc == 1) {
         /* slurmctld may be restarting: try again next cycle, give up after a while. */
         rc = ++sb->failures >= 60 ? herr_set(err, HERR_RUNTIME, "squeue keeps failing: %s",
                                              why) : 0;
-        free(ids); free(st); free(codes); free(need);
+        free(ids); free(st); free(codes); free(need); free(failed);
         return rc;
     }
     if (rc) {
-        free(ids); free(st); free(codes); free(need);
+        free(ids); free(st); free(codes); free(need); free(failed);
         return rc;
     }
     sb->failures = 0;
@@ -747,6 +824,7 @@ static int slurm_poll(backend *b, int timeout_ms, backend_event *ev, size_t cap,
     for (size_t i = 0; i < m; i++) {
         sjob *j = &sb->jobs[i];
         if (st[i] != SLURM_ST_ALIVE && *n < cap) {
+            note_failed_nodes(j->run_dir, (slurm_state)st[i], failed[i]);
             slurm_state_event(j->run_dir, j->job_id, j->tag, (slurm_state)st[i], codes[i],
                               j->cancelled, &ev[(*n)++]);
             free(j->run_dir);
@@ -755,7 +833,7 @@ static int slurm_poll(backend *b, int timeout_ms, backend_event *ev, size_t cap,
         sb->jobs[w++] = *j;
     }
     sb->n = w;
-    free(ids); free(st); free(codes); free(need);
+    free(ids); free(st); free(codes); free(need); free(failed);
     return 0;
 }
 
@@ -770,7 +848,7 @@ static int slurm_alive(backend *b, const backend_job *job, const char *job_id,
     char *ids[1] = { id };
     int st;
     char why[256] = "";
-    int rc = query_states(ids, 1, &st, why, sizeof why, err);
+    int rc = query_states(ids, 1, &st, NULL, why, sizeof why, err);
     if (rc == 1)
         return herr_set(err, HERR_RUNTIME, "squeue: %s", why);
     return rc < 0 ? rc : st == SLURM_ST_ALIVE;

@@ -346,7 +346,7 @@ static int cancel_run(hearth_db *db, const run_info *ri, backend **bk, hearth_er
         }
         char script[PATH_MAX + 16];
         snprintf(script, sizeof script, "%s/job.sh", ri->run_dir);
-        backend_job bj = { ri->run_id, ri->run_dir, script, 1, 0, 0 };
+        backend_job bj = { ri->run_id, ri->run_dir, script, 1, 0, 0, NULL };
         int rc = (*bk)->ops->cancel(*bk, &bj, ri->backend_job_id, err);
         if (rc < 0)
             return rc;
@@ -486,7 +486,7 @@ int cmd_logs(hcli_ctx *c)
         db_close(db);
         return hcli_fail(c, rc, &err);
     }
-    backend_job bj = { ri.run_id, ri.run_dir, script, 1, 0, 0 };
+    backend_job bj = { ri.run_id, ri.run_dir, script, 1, 0, 0, NULL };
     for (;;) {
         copy_new(out_path, &oo, stdout);
         copy_new(err_path, &eo, stderr);

@@ -231,6 +231,7 @@ static int create_point(void *ctx, const plan_point *p)
     j.constraint = (char *)p->res.constraint;
     j.n_sbatch = cc->s->resources.n_sbatch;   /* not a matrix key: the spec's list */
     j.sbatch = (char **)cc->s->resources.sbatch;
+    j.retry_timeout = cc->s->resources.retry_timeout;   /* not a matrix key either */
     for (long i = 0; !rc && i < n; i++) {
         rc = sweep_create_run(cc->db, &j, json, cc->exp_dir, cc->tmpl_name, cc->tmpl, NULL,
                               cc->err);

@@ -118,6 +118,7 @@ int rundir_job_copy(rundir_job *out, const rundir_job *in, hearth_err *err)
     out->retries = in->retries;
     out->repeat = in->repeat;
     out->max_concurrent = in->max_concurrent;
+    out->retry_timeout = in->retry_timeout;
     out->after_any = in->after_any;
     int rc = dup_str(&out->run_id, in->run_id) || dup_str(&out->experiment, in->experiment) ||
              dup_str(&out->backend, in->backend) || dup_str(&out->trainer, in->trainer) ||
@@ -160,13 +161,14 @@ static json_t *job_to_json(const rundir_job *j)
     json_t *slurm = json_pack("{s:s?, s:s?, s:s?, s:s?, s:o}", "partition", j->partition,
                               "account", j->account, "qos", j->qos, "constraint",
                               j->constraint, "sbatch", sb);
-    return json_pack("{s:s?, s:s?, s:s?, s:s?, s:s?, s:o, s:s?, s:i, s:I, s:i, s:i, s:i, s:o, "
-                     "s:o}",
+    return json_pack("{s:s?, s:s?, s:s?, s:s?, s:s?, s:o, s:s?, s:i, s:I, s:i, s:i, s:i, s:b, "
+                     "s:o, s:o}",
                      "run_id", j->run_id, "experiment", j->experiment, "backend", j->backend,
                      "trainer", j->trainer, "workdir", j->workdir, "setup", setup,
                      "config_hash", j->config_hash, "cpus_per_task", j->cpus_per_task,
                      "time_limit_s", (json_int_t)j->time_limit_s, "retries", j->retries,
-                     "repeat", j->repeat, "max_concurrent", j->max_concurrent, "after", after,
+                     "repeat", j->repeat, "max_concurrent", j->max_concurrent,
+                     "retry_timeout", j->retry_timeout != 0, "after", after,
                      "slurm", slurm);
 }
 
@@ -255,6 +257,10 @@ int rundir_job_read(const char *run_dir, rundir_job *j, hearth_err *err)
                 j->n_setup++;
         }
     }
+    json_t *rt = rc ? NULL : json_object_get(o, "retry_timeout");
+    if (!rc && rt && !json_is_boolean(rt))
+        rc = herr_set(err, HERR_CONFIG, "%s: retry_timeout: expected true or false", path);
+    j->retry_timeout = rt && json_is_true(rt);
     json_t *after = rc ? NULL : json_object_get(o, "after");
     if (!rc && after && json_is_object(after)) {
         char *on = NULL;

@@ -36,6 +36,8 @@ typedef struct {
     int retries;              /* further attempts after a failure */
     int repeat;               /* runs wanted per point (for replacement runs) */
     int max_concurrent;       /* 0: no limit */
+    int retry_timeout;        /* resources.retry_timeout: a timeout is retried (job.json
+                                 "retry_timeout"; absent: false) */
     char *after_experiment;   /* NULL: none */
     int after_any;            /* after.on: any (else ok) */
     /* Slurm only (job.json "slurm"): resources.partition, .account, .qos, .constraint

@@ -29,6 +29,8 @@ static const char *const resource_str_keys[] = {
     "time", "partition", "account", "qos", "constraint", NULL,
 };
 static const char *const resource_list_keys[] = { "setup", "sbatch", NULL };
+/* Boolean resources keys: the spec's own, not swept by a point (like the lists). */
+static const char *const resource_bool_keys[] = { "retry_timeout", NULL };
 
 typedef struct {
     spec *s;
@@ -486,6 +488,17 @@ static int read_resources(reader *r, const yaml_tree_node *map)
             }
             continue;
         }
+        if (in_list(resource_bool_keys, p->key)) {
+            int b = 0;
+            if (yaml_tree_as_bool(p->value, &b) != 1) {
+                char got[96];
+                yaml_tree_describe(p->value, got, sizeof got);
+                return fail(r, p->value->line, p->value->col, key,
+                            "expected true or false, got %s", got);
+            }
+            res->retry_timeout = b;
+            continue;
+        }
         if (!spec_key_is_resource(key)) {
             field_suggestion sg;
             field_suggest_init(&sg);
@@ -495,6 +508,8 @@ static int read_resources(reader *r, const yaml_tree_node *map)
                 field_suggest_add(&sg, p->key, resource_str_keys[k]);
             for (int k = 0; resource_list_keys[k]; k++)
                 field_suggest_add(&sg, p->key, resource_list_keys[k]);
+            for (int k = 0; resource_bool_keys[k]; k++)
+                field_suggest_add(&sg, p->key, resource_bool_keys[k]);
             const char *best = field_suggest_result(&sg, p->key);
             char hint[200] = "";
             if (best)

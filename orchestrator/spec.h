@@ -4,6 +4,8 @@
  *     trainer: build/bin/hearth-train    # optional
  *     base: {model: tiny-vlm, device: cpu, train: {steps: 20}}    # a run config mapping
  *     resources: {nodes: 1, gpus_per_node: 8, time: "01:00:00", setup: [...], sbatch: [...]}
+ *                                # + retry_timeout: true (a timeout is retried too; not
+ *                                #   sweepable, like setup and sbatch)
  *     matrix:                        # cartesian product, spec order, last key fastest
  *       train.lr: [1e-3, 3e-4]
  *       resources.nodes: [1, 2]
@@ -81,6 +83,7 @@ typedef struct {
     const char **setup;
     int n_sbatch;
     const char **sbatch;
+    int retry_timeout;                /* resources.retry_timeout: a TIMEOUT is retried too */
 } spec_resources;
 
 typedef enum { SPEC_AFTER_OK = 0, SPEC_AFTER_ANY = 1 } spec_after_on;

@@ -24,6 +24,7 @@ typedef struct {
     char script[4200];
     rundir_job job;
     char job_id[BACKEND_JOB_ID_MAX];
+    char *dependency;         /* backend_job.dependency (malloc'd), or NULL */
 } flight;
 
 typedef struct {
@@ -147,6 +148,7 @@ static void flight_free(flight *f)
         return;
     free(f->run_id);
     free(f->run_dir);
+    free(f->dependency);
     rundir_job_free(&f->job);
     free(f);
 }
@@ -176,6 +178,7 @@ static void backend_job_of(const flight *f, backend_job *bj)
     bj->cpus_per_task = f->job.cpus_per_task;
     bj->time_limit_s = f->job.time_limit_s;
     bj->max_concurrent = f->job.max_concurrent;
+    bj->dependency = f->dependency;
 }
 
 static int flights_add(sweeper *sw, flight *f)
@@ -377,7 +380,7 @@ static int finish(sweeper *sw, flight *f, const backend_event *ev)
     if (irc && to != RUN_COMPLETED)
         say(sw, "%s: %s", f->run_id, ierr.msg);
     run_transition t = { .has_exit_code = code >= 0, .exit_code = code, .note = note };
-    int retryable = (to == RUN_FAILED && code != 2) || to == RUN_REQUEUED;
+    int retryable = sweep_retryable(to, code, f->job.retry_timeout);
     if (retryable && ri.attempts < 1 + f->job.retries) {
         char rnote[1300];
         snprintf(rnote, sizeof rnote, "%s; attempt %d of %d, retrying", note, ri.attempts,
@@ -394,6 +397,7 @@ static int finish(sweeper *sw, flight *f, const backend_event *ev)
     }
     if (to == RUN_REQUEUED)
         to = RUN_FAILED;   /* preempted with no retries left */
+    /* A timeout with no retries left stays a timeout. */
     rc = move(sw, f->run_id, to, &t);
     if (rc == 0) {
         count_end(sw, to);
@@ -414,9 +418,19 @@ static int finish(sweeper *sw, flight *f, const backend_event *ev)
     return rc < 0 ? rc : 0;
 }
 
+int sweep_retryable(run_state to, int exit_code, int retry_timeout)
+{
+    switch (to) {
+    case RUN_FAILED: return exit_code != 2;
+    case RUN_REQUEUED: return 1;
+    case RUN_TIMEOUT: return retry_timeout != 0;
+    default: return 0;
+    }
+}
+
 /* ---- after: another experiment first ------------------------------------------------------ */
 
-enum { AFTER_GO = 0, AFTER_WAIT = 1, AFTER_FAILED = 2 };
+enum { AFTER_GO = 0, AFTER_WAIT = 1, AFTER_FAILED = 2, AFTER_DEPEND = 3 };
 
 int sweep_points_missing(hearth_db *db, const char *exp, long *missing, long *runs,
                          hearth_err *err)
@@ -452,7 +466,57 @@ int sweep_points_missing(hearth_db *db, const char *exp, long *missing, long *ru
     return 0;
 }
 
-static int after_check(sweeper *sw, const rundir_job *job, char *why, size_t size)
+/* `after` an experiment still in flight, as a native Slurm dependency: "afterok:ID:ID..."
+ * (or afterany) on its live jobs, in *dep (malloc'd), so that this run can be queued now.
+ * Only when this sweep and every in-flight run of the other experiment are on the slurm
+ * backend with a recorded job, and nothing would make Slurm's answer differ from the
+ * runner's: no run of it waiting to be (re)submitted, none that could still be retried
+ * (a retry is a new job, which the dependency would not wait for), and for afterok none
+ * that already ended other than completed.  Returns 1 with *dep, 0 when the runner must
+ * wait itself, or a negative herr_code. */
+static int after_native(sweeper *sw, const rundir_job *job, const long c[], char **dep)
+{
+    *dep = NULL;
+    if (strcmp(sw->b->ops->name, "slurm") != 0 || c[RUN_PENDING] || c[RUN_REQUEUED])
+        return 0;
+    if (!job->after_any && (c[RUN_FAILED] || c[RUN_CANCELLED] || c[RUN_TIMEOUT]))
+        return 0;
+    run_info *v = NULL;
+    size_t n = 0;
+    int rc = runs_db_list(sw->db, job->after_experiment,
+                          (1u << RUN_SUBMITTED) | (1u << RUN_RUNNING), &v, &n, sw->err);
+    if (rc)
+        return rc;
+    size_t len = 16;
+    int ok = n > 0;
+    for (size_t i = 0; ok && i < n; i++) {
+        const run_info *r = &v[i];
+        rundir_job oj;
+        hearth_err e;
+        ok = r->backend && strcmp(r->backend, "slurm") == 0 && r->backend_job_id &&
+             r->backend_job_id[0] && strlen(r->backend_job_id) < BACKEND_JOB_ID_MAX &&
+             r->run_dir && rundir_job_read(r->run_dir, &oj, &e) == 0;
+        if (!ok)
+            break;
+        ok = r->attempts >= 1 + oj.retries;   /* no retry left that Slurm would not see */
+        rundir_job_free(&oj);
+        len += strlen(r->backend_job_id) + 1;
+    }
+    char *s = ok ? malloc(len) : NULL;
+    if (s) {
+        size_t off = (size_t)sprintf(s, "%s", job->after_any ? "afterany" : "afterok");
+        for (size_t i = 0; i < n; i++)
+            off += (size_t)sprintf(s + off, ":%s", v[i].backend_job_id);
+    }
+    runs_db_list_free(v, n);
+    if (ok && !s)
+        return herr_set(sw->err, HERR_NOMEM, "out of memory");
+    *dep = s;
+    return ok;
+}
+
+static int after_check(sweeper *sw, const rundir_job *job, char **dep, char *why,
+                       size_t size)
 {
     int64_t id;
     int rc = runs_db_experiment_find(sw->db, job->after_experiment, &id, sw->err);
@@ -466,8 +530,10 @@ static int after_check(sweeper *sw, const rundir_job *job, char *why, size_t siz
     long c[RUN_STATE_COUNT];
     if ((rc = runs_db_state_counts(sw->db, job->after_experiment, c, sw->err)))
         return rc;
-    if (sweep_in_flight(c) > 0)
-        return AFTER_WAIT;
+    if (sweep_in_flight(c) > 0) {
+        rc = after_native(sw, job, c, dep);
+        return rc < 0 ? rc : rc ? AFTER_DEPEND : AFTER_WAIT;
+    }
     if (job->after_any)
         return AFTER_GO;
     long missing = 0, runs = 0;
@@ -510,7 +576,7 @@ static int launch(sweeper *sw, const char *run_id)
     }
     if (f->job.after_experiment) {
         char why[512] = "";
-        int a = after_check(sw, &f->job, why, sizeof why);
+        int a = after_check(sw, &f->job, &f->dependency, why, sizeof why);
         if (a < 0 || a == AFTER_WAIT) {
             rc = a < 0 ? a : 1;
             goto done;

@@ -12,7 +12,8 @@
  * (run_state_for_exit_code), the wall-time limit (timeout) or a cancel.
  *
  * Retries: a run that fails (any exit code but 2, a usage/config error that would only fail
- * again; a timeout is not retried) or is preempted (exit 75) gets another attempt of the
+ * again; a timeout only with resources.retry_timeout: true) or is preempted (exit 75, or
+ * the scheduler's NODE_FAIL/PREEMPTED/BOOT_FAIL) gets another attempt of the
  * same run while its attempts <= retries: running -> requeued -> submitted, the previous
  * attempt's logs moved to RUN_DIR/attempt-N/.  Once the retries are used up it is failed.
  *
@@ -33,6 +34,7 @@
 
 #include "backend.h"
 #include "db.h"
+#include "run_state.h"
 #include "rundir.h"
 
 typedef struct {
@@ -93,5 +95,11 @@ int sweep_points_missing(hearth_db *db, const char *experiment, long *missing, l
 
 /* Runs in flight: pending, submitted, running, requeued. */
 long sweep_in_flight(const long counts[]);
+
+/* Whether a run that ended in state `to` (RUN_FAILED, RUN_TIMEOUT, RUN_REQUEUED...) with
+ * `exit_code` (-1: none) deserves another attempt, retries permitting: a failure but exit 2
+ * (a usage/config error that would only fail again), a requeue (node failure, preemption),
+ * and a timeout only when `retry_timeout` (resources.retry_timeout) is set. */
+int sweep_retryable(run_state to, int exit_code, int retry_timeout);
 
 #endif

@@ -2,7 +2,8 @@
 # A node failure under the slurm backend, on the test cluster (contrib/slurm-local, started
 # by make test): the node running a job is set DOWN (`scontrol update state=down`, which
 # kills its jobs as NODE_FAIL; ReturnToService=2 brings it back at once), hearth records the run `requeued`, submits it again within
-# `retries`, and the second attempt completes: one run row, one result.
+# `retries`, and the second attempt completes: one run row, one result.  The second attempt
+# is kept off the failed node (sbatch --exclude, ExcNodeList in scontrol show job).
 set -u
 cd "$(dirname "$0")/../.."
 . tests/cli/lib.sh
@@ -12,7 +13,7 @@ hearth_tmp slurm-nodefail
 make_trainer
 slurm_setup slnode
 
-tap_plan 3
+tap_plan 4
 
 down_node=
 # Whatever happens, the node comes back for the tests that follow.
@@ -28,6 +29,7 @@ EOF
 run_h sub submit n.yaml --backend slurm --detach
 wait_for 30 test -e runs/slnode/slnode-1/.held
 down_node=$(cat runs/slnode/slnode-1/nodes 2>/dev/null)
+failed_node=$down_node
 scontrol update nodename="$down_node" state=down reason=hearth-test
 # The run goes running -> requeued -> submitted again (attempt 2); then let it finish.
 wait_for 60 bash -c "[ \"\$(sqlite3 -cmd '.timeout 10000' '$T/h.db' \"select attempts from runs where run_id = 'slnode-1'\")\" = 2 ]"
@@ -37,6 +39,9 @@ wait_for 60 bash -c "[ \"\$(sqlite3 -cmd '.timeout 10000' '$T/h.db' \"select att
 wait_for 30 grep -q 'ended with status' runs/slnode/slnode-1/attempt-1/stdout.log
 rm -f hold
 run_h w wait slnode --timeout 90
+# Read the second attempt's job while slurmctld still remembers it (MinJobAge).
+job2=$(sql "select backend_job_id from runs where run_id = 'slnode-1'")
+exc=$(scontrol --oneliner show job "$job2" 2>&1)
 scontrol update nodename="$down_node" state=resume >/dev/null 2>&1 && down_node=
 
 diag() {
@@ -62,6 +67,18 @@ nodup_ok() {
         grep -q 'ended with status 0' runs/slnode/slnode-1/stdout.log
 }
 tap_check "two sbatch calls, one run row, one result; attempt 1 kept aside" nodup_ok
+
+exclude_ok() {
+    [ -n "$failed_node" ] && [ -n "$job2" ] || { echo "# node '$failed_node', job '$job2'"; return 1; }
+    echo "$exc" | grep -q " ExcNodeList=$failed_node " || { echo "# $exc"; return 1; }
+    # Only the resubmission excludes it: the first sbatch had no --exclude.
+    [ "$(grep '^sbatch ' "$T/calls.log" | grep -c -- "--exclude=$failed_node")" = 1 ] &&
+        grep '^sbatch ' "$T/calls.log" | tail -n 1 | grep -q -- "--exclude=$failed_node" ||
+        { grep '^sbatch ' "$T/calls.log"; return 1; }
+    # An attempt that ended well leaves no exclusion behind.
+    [ ! -e runs/slnode/slnode-1/exclude_nodes ]
+}
+tap_check "the resubmitted job excludes the failed node (ExcNodeList=$failed_node)" exclude_ok
 
 back_ok() {
     wait_for 30 bash -c "[ -z \"\$(sinfo -h -N -o '%t' | grep -v idle)\" ]" || { sinfo -N; return 1; }

@@ -47,7 +47,7 @@ static void drop_job(job_dir *j)
 
 static backend_job bj_of(const job_dir *j, int64_t limit)
 {
-    backend_job b = { "r-1", j->dir, j->script, 1, limit, 0 };
+    backend_job b = { "r-1", j->dir, j->script, 1, limit, 0, NULL };
     return b;
 }
 

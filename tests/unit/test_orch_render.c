@@ -233,6 +233,7 @@ static void test_rundir_write_read(void **state)
     j.retries = 2;
     j.repeat = 4;
     j.max_concurrent = 5;
+    j.retry_timeout = 1;
     j.after_experiment = "warmup";
     j.after_any = 1;
     char *sbatch[] = { "--mem=1G", "--export=ALL,X='a b'" };
@@ -256,6 +257,7 @@ static void test_rundir_write_read(void **state)
     assert_int_equal(back.retries, 2);
     assert_int_equal(back.repeat, 4);
     assert_int_equal(back.max_concurrent, 5);
+    assert_int_equal(back.retry_timeout, 1);
     assert_string_equal(back.after_experiment, "warmup");
     assert_int_equal(back.after_any, 1);
     assert_string_equal(back.partition, "gpu");
@@ -268,6 +270,7 @@ static void test_rundir_write_read(void **state)
     assert_int_equal(rundir_job_copy(&copy, &back, &err), 0);
     assert_string_equal(copy.setup[0], "module load x");
     assert_string_equal(copy.partition, "gpu");
+    assert_int_equal(copy.retry_timeout, 1);
     assert_int_equal(copy.n_sbatch, 2);
     assert_string_equal(copy.sbatch[0], "--mem=1G");
     rundir_job_free(&copy);

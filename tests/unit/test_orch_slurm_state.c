@@ -16,6 +16,7 @@
 
 #include "rundir.h"
 #include "slurm_state.h"
+#include "sweep.h"
 #include "support/testutil.h"
 
 static void test_classify(void **state)
@@ -128,12 +129,45 @@ static void test_event(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* resources.retry_timeout: a Slurm TIMEOUT (-> BACKEND_TIMEOUT -> RUN_TIMEOUT) is worth
+ * another attempt only when it is set; the other ends do not depend on it. */
+static void test_retry_decision(void **state)
+{
+    (void)state;
+    unsigned seed = tu_seed_noted();
+    srand(seed);
+    char dir[] = "/tmp/hearth-slurmstate-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    int tag = 0;
+    backend_event ev;
+    assert_int_equal(slurm_state_classify("TIMEOUT"), SLURM_ST_TIMEOUT);
+    assert_int_equal(slurm_state_classify("DEADLINE"), SLURM_ST_TIMEOUT);
+    slurm_state_event(dir, "7", &tag, SLURM_ST_TIMEOUT, -1, 0, &ev);
+    assert_int_equal(ev.how, BACKEND_TIMEOUT);
+    for (int i = 0; i < 200; i++) {
+        int code = rand() % 260 - 1;   /* -1: none */
+        int flag = rand() % 2;
+        assert_int_equal(sweep_retryable(RUN_TIMEOUT, code, flag), flag);
+        assert_int_equal(sweep_retryable(RUN_REQUEUED, code, flag), 1);
+        assert_int_equal(sweep_retryable(RUN_FAILED, code, flag), code != 2);
+        assert_int_equal(sweep_retryable(RUN_COMPLETED, code, flag), 0);
+        assert_int_equal(sweep_retryable(RUN_CANCELLED, code, flag), 0);
+    }
+    assert_int_equal(sweep_retryable(RUN_TIMEOUT, -1, 0), 0);
+    assert_int_equal(sweep_retryable(RUN_TIMEOUT, -1, 1), 1);
+    assert_int_equal(sweep_retryable(RUN_FAILED, 2, 1), 0);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_classify),
         cmocka_unit_test(test_wait_status),
         cmocka_unit_test(test_event),
+        cmocka_unit_test(test_retry_decision),
     };
     return cmocka_run_group_tests_name("orch_slurm_state", tests, NULL, NULL);
 }

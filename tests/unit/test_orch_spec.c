@@ -53,6 +53,7 @@ static void test_full_spec(void **state)
         "  max_concurrent: 4\n"
         "  setup: [module load cuda, echo hi]\n"
         "  sbatch: [--exclusive]\n"
+        "  retry_timeout: true\n"
         "matrix:\n"
         "  train.lr: [1e-3, 3e-4, 1e-4]\n"
         "  model.decoder.mrope_section: [[16, 24, 24], [8, 28, 28]]\n"
@@ -80,11 +81,12 @@ static void test_full_spec(void **state)
     assert_int_equal(s->resources.n_setup, 2);
     assert_string_equal(s->resources.setup[0], "module load cuda");
     assert_int_equal(s->resources.n_sbatch, 1);
+    assert_int_equal(s->resources.retry_timeout, 1);
     assert_int_equal(s->n_matrix, 4);
     assert_string_equal(s->matrix[0].key, "train.lr");
     assert_int_equal(s->matrix[0].n_values, 3);
     assert_string_equal(s->matrix[0].values[1].text, "3e-4");
-    assert_int_equal(s->matrix[0].line, 15);
+    assert_int_equal(s->matrix[0].line, 16);
     assert_int_equal(s->matrix[0].col, 3);
     assert_string_equal(s->matrix[1].values[1].text, "[8, 28, 28]");
     assert_string_equal(s->matrix[3].key, "model");   /* model.preset is canonicalised */
@@ -96,7 +98,7 @@ static void test_full_spec(void **state)
     assert_string_equal(s->include[0].settings[1].key, "train.seed");
     assert_int_equal(s->n_exclude, 1);
     assert_non_null(s->where);
-    assert_int_equal(s->where_line, 25);
+    assert_int_equal(s->where_line, 26);
     assert_int_equal(s->where_col, 9);
     assert_int_equal(s->repeat, 3);
     assert_int_equal(s->retries, 2);
@@ -111,6 +113,10 @@ static void test_full_spec(void **state)
     assert_null(s->base);
     assert_null(s->where);
     assert_int_equal(s->n_matrix, 0);
+    assert_int_equal(s->resources.retry_timeout, 0);
+    spec_free(s);
+    s = spt_parse_ok("name: x\nresources: {retry_timeout: false}\n");
+    assert_int_equal(s->resources.retry_timeout, 0);
     spec_free(s);
 }
 
@@ -191,6 +197,11 @@ static void test_wrong_types(void **state)
                  "t.yaml:3:10: resources.nodes: expected an integer >= 1, got \"0\"");
     expect_error("name: x\nresources:\n  time: '25:61:00:00'\n",
                  "t.yaml:3:9: resources.time: expected a Slurm time*");
+    expect_error("name: x\nresources:\n  retry_timeout: sometimes\n",
+                 "t.yaml:3:18: resources.retry_timeout: expected true or false, got "
+                 "\"sometimes\"");
+    expect_error("name: x\nresources:\n  retry_timeout: 3\n",
+                 "t.yaml:3:18: resources.retry_timeout: expected true or false, got \"3\"");
     expect_error("name: x\nresources:\n  setup: echo hi\n",
                  "t.yaml:3:10: resources.setup: expected a list of strings, got \"echo hi\"");
     expect_error("name: x\nresources:\n  setup: [[a]]\n",

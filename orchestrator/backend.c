@@ -1,5 +1,7 @@
 /* backend.c - choosing a backend by name.  See backend.h. */
+#include <errno.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
 
@@ -20,4 +22,35 @@ void backend_free(backend *b)
 {
     if (b)
         b->ops->free(b);
+}
+
+double backend_clock_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void backend_sleep_ms(int ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) && errno == EINTR)
+        ;
+}
+
+int backend_poll_due(double *last_query, int interval_ms, size_t n_jobs, int timeout_ms)
+{
+    double due = *last_query + interval_ms / 1000.0;
+    double now = backend_clock_s();
+    if (n_jobs == 0 || (*last_query > 0 && now < due)) {
+        double wait_ms = n_jobs == 0 ? timeout_ms : (due - now) * 1000.0;
+        if (wait_ms > timeout_ms)
+            wait_ms = timeout_ms;
+        if (wait_ms > 0)
+            backend_sleep_ms((int)wait_ms + 1);
+        if (n_jobs == 0 || backend_clock_s() < due)
+            return 0;
+    }
+    *last_query = backend_clock_s();
+    return 1;
 }

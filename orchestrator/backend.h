@@ -114,4 +114,12 @@ int backend_slurm_create(backend **out, hearth_err *err);
 int backend_slurmrest_create(backend **out, const char *url, const char *token_file,
                              hearth_err *err);
 
+/* Helpers shared by the backends and the commands that wait on them. */
+double backend_clock_s(void);            /* monotonic seconds */
+void backend_sleep_ms(int ms);           /* sleeps the full time, across signals */
+/* Pacing of a batched poller (one query for all jobs per cycle): returns 1 when a query is
+ * due now and stamps *last_query; otherwise sleeps until the next query is due (or at most
+ * timeout_ms; with no jobs, timeout_ms) and returns 1 only if it has become due. */
+int backend_poll_due(double *last_query, int interval_ms, size_t n_jobs, int timeout_ms);
+
 #endif

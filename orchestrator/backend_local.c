@@ -47,19 +47,6 @@ typedef struct {
     int grace_ms;
 } local_backend;
 
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) && errno == EINTR)
-        ;
-}
 
 /* 1 when some process holds RUN_DIR/job.lock, 0 when not (or there is no lock file). */
 static int lock_held(const char *lock_path)
@@ -329,7 +316,7 @@ static int local_poll(backend *b, int timeout_ms, backend_event *ev, size_t cap,
 {
     (void)err;
     local_backend *lb = (local_backend *)b;
-    double until = mono_now() + (timeout_ms > 0 ? timeout_ms : 0) / 1000.0;
+    double until = backend_clock_s() + (timeout_ms > 0 ? timeout_ms : 0) / 1000.0;
     *n = 0;
     for (;;) {
         int st;
@@ -340,7 +327,7 @@ static int local_poll(backend *b, int timeout_ms, backend_event *ev, size_t cap,
                     lb->jobs[i].reaped = 1;
                     lb->jobs[i].wstatus = st;
                 }
-        double now = mono_now();
+        double now = backend_clock_s();
         time_t wall = time(NULL);
         for (size_t i = 0; i < lb->n && *n < cap; ) {
             ljob *j = &lb->jobs[i];
@@ -365,7 +352,7 @@ static int local_poll(backend *b, int timeout_ms, backend_event *ev, size_t cap,
         if (*n > 0 || now >= until)
             return 0;
         double left_ms = (until - now) * 1000.0;
-        sleep_ms(left_ms < 50 ? (int)left_ms + 1 : 50);
+        backend_sleep_ms(left_ms < 50 ? (int)left_ms + 1 : 50);
     }
 }
 
@@ -379,7 +366,7 @@ static int local_cancel(backend *b, const backend_job *job, const char *job_id,
             j->cancelled = 1;
             if (j->stage == 0) {
                 j->stage = 1;
-                j->term_at = mono_now();
+                j->term_at = backend_clock_s();
                 signal_job(j->lock_path, j->pid, SIGTERM);
             }
             return 1;
@@ -399,14 +386,14 @@ static int local_cancel(backend *b, const backend_job *job, const char *job_id,
         return herr_set(err, HERR_RUNTIME, "%s: the job is running but its pid is unknown",
                         job->run_dir);
     signal_job(lock, pid, SIGTERM);
-    double until = mono_now() + lb->grace_ms / 1000.0;
-    while (lock_held(lock) && mono_now() < until)
-        sleep_ms(50);
+    double until = backend_clock_s() + lb->grace_ms / 1000.0;
+    while (lock_held(lock) && backend_clock_s() < until)
+        backend_sleep_ms(50);
     if (lock_held(lock)) {
         signal_job(lock, pid, SIGKILL);
-        until = mono_now() + 5.0;
-        while (lock_held(lock) && mono_now() < until)
-            sleep_ms(50);
+        until = backend_clock_s() + 5.0;
+        while (lock_held(lock) && backend_clock_s() < until)
+            backend_sleep_ms(50);
     }
     return 1;
 }

@@ -55,19 +55,6 @@ typedef struct {
     unsigned arrays;          /* arrays submitted by this process (unique directory names) */
 } slurm_backend;
 
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) && errno == EINTR)
-        ;
-}
 
 /* ---- running a command ------------------------------------------------------------------ */
 
@@ -764,18 +751,8 @@ static int slurm_poll(backend *b, int timeout_ms, backend_event *ev, size_t cap,
 {
     slurm_backend *sb = (slurm_backend *)b;
     *n = 0;
-    double now = mono_now();
-    double due = sb->last_query + sb->interval_ms / 1000.0;
-    if (sb->n == 0 || (sb->last_query > 0 && now < due)) {
-        double wait_ms = sb->n == 0 ? timeout_ms : (due - now) * 1000.0;
-        if (wait_ms > timeout_ms)
-            wait_ms = timeout_ms;
-        if (wait_ms > 0)
-            sleep_ms((int)wait_ms + 1);
-        if (sb->n == 0 || mono_now() < due)
-            return 0;
-    }
-    sb->last_query = mono_now();
+    if (!backend_poll_due(&sb->last_query, sb->interval_ms, sb->n, timeout_ms))
+        return 0;
     size_t m = sb->n;
     char **ids = malloc((m ? m : 1) * sizeof *ids);
     int *st = malloc((m ? m : 1) * sizeof *st);
@@ -896,7 +873,7 @@ static int slurm_cancel(backend *b, const backend_job *job, const char *job_id,
             hearth_err e;
             if (slurm_alive(b, job, id, &e) != 1)
                 break;
-            sleep_ms(200);
+            backend_sleep_ms(200);
         }
     }
     return 1;

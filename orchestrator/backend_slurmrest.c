@@ -75,19 +75,6 @@ typedef struct {
     int failures;
 } rest_backend;
 
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) && errno == EINTR)
-        ;
-}
 
 /* ---- the token ---------------------------------------------------------------------------- */
 
@@ -620,18 +607,8 @@ static int rest_poll(backend *b, int timeout_ms, backend_event *ev, size_t cap, 
 {
     rest_backend *rb = (rest_backend *)b;
     *n = 0;
-    double now = mono_now();
-    double due = rb->last_query + rb->interval_ms / 1000.0;
-    if (rb->n == 0 || (rb->last_query > 0 && now < due)) {
-        double wait_ms = rb->n == 0 ? timeout_ms : (due - now) * 1000.0;
-        if (wait_ms > timeout_ms)
-            wait_ms = timeout_ms;
-        if (wait_ms > 0)
-            sleep_ms((int)wait_ms + 1);
-        if (rb->n == 0 || mono_now() < due)
-            return 0;
-    }
-    rb->last_query = mono_now();
+    if (!backend_poll_due(&rb->last_query, rb->interval_ms, rb->n, timeout_ms))
+        return 0;
     json_t *reply = NULL, *jobs = NULL;
     int rc = list_jobs(rb, &reply, &jobs, err);
     if (rc == HERR_RUNTIME) {
@@ -746,7 +723,7 @@ static int rest_cancel(backend *b, const backend_job *job, const char *job_id,
             hearth_err e;
             if (rest_alive(b, job, id, &e) != 1)
                 break;
-            sleep_ms(200);
+            backend_sleep_ms(200);
         }
     }
     return 1;

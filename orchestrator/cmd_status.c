@@ -17,18 +17,6 @@
 #include "runs_db.h"
 #include "sweep.h"
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-    nanosleep(&ts, NULL);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* An experiment named on the command line must exist: exit 2 otherwise. */
 static int need_experiment(hcli_ctx *c, hearth_db *db, const char *name, hearth_err *err)
@@ -260,7 +248,7 @@ int cmd_wait(hcli_ctx *c)
         return hcli_fail(c, rc, &err);
     }
     int tty = isatty(2), orphan_checks = 0;
-    double until = timeout > 0 ? now_s() + (double)timeout : 0;
+    double until = timeout > 0 ? backend_clock_s() + (double)timeout : 0;
     char last[256] = "";
     long counts[RUN_STATE_COUNT];
     for (;;) {
@@ -302,12 +290,12 @@ int cmd_wait(hcli_ctx *c)
                           exp);
             break;
         }
-        if (until > 0 && now_s() >= until) {
+        if (until > 0 && backend_clock_s() >= until) {
             rc = herr_set(&err, HERR_RUNTIME, "gave up after %lds with %ld runs in flight",
                           timeout, in_flight);
             break;
         }
-        sleep_ms(500);
+        backend_sleep_ms(500);
     }
     if (tty)
         fprintf(stderr, "\n");
@@ -505,7 +493,7 @@ int cmd_logs(hcli_ctx *c)
             copy_new(err_path, &eo, stderr);
             break;
         }
-        sleep_ms(250);
+        backend_sleep_ms(250);
     }
     backend_free(b);
     run_info_free(&ri);

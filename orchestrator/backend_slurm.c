@@ -286,10 +286,27 @@ static void query_exit_codes(char *const *ids, size_t n, int *code)
     free(etxt);
 }
 
-/* Whether line `task` + 1 of ARRAY_DIR/runs is `run_dir`. */
+/* Runs per task of the array in ARRAY_DIR: ARRAY_DIR/pack (resources.pack), else 1. */
+static long array_pack(const char *array_dir)
+{
+    char path[4500];
+    snprintf(path, sizeof path, "%s/pack", array_dir);
+    FILE *f = fopen(path, "re");
+    long p = 1;
+    if (f) {
+        if (fscanf(f, "%ld", &p) != 1 || p < 1)
+            p = 1;
+        fclose(f);
+    }
+    return p;
+}
+
+/* Whether `run_dir` is one of the runs of array task `task`: line task + 1 of
+ * ARRAY_DIR/runs, or with a pack of P, one of lines task*P + 1 .. task*P + P. */
 static int array_task_is(const char *array_dir, long task, const char *run_dir)
 {
     char path[4500];
+    long pack = array_pack(array_dir);
     snprintf(path, sizeof path, "%s/runs", array_dir);
     FILE *f = fopen(path, "re");
     if (!f)
@@ -297,15 +314,35 @@ static int array_task_is(const char *array_dir, long task, const char *run_dir)
     char line[4400];
     long i = 0;
     int hit = 0;
-    while (fgets(line, sizeof line, f)) {
-        if (i++ == task) {
+    while (!hit && fgets(line, sizeof line, f)) {
+        long k = i++;
+        if (k >= task * pack + pack)
+            break;
+        if (k >= task * pack) {
             line[strcspn(line, "\n")] = 0;
             hit = strcmp(line, run_dir) == 0;
-            break;
         }
     }
     fclose(f);
     return hit;
+}
+
+/* Whether the run in `run_dir` ended on its own inside pack task `job_id` (the pack's script
+ * writes RUN_DIR/exit_code.pack with the task's id after each run that was not stopped by a
+ * signal to the job): its exit code stands, whatever becomes of the job afterwards. */
+static int pack_run_done(const char *run_dir, const char *job_id)
+{
+    char path[4200], who[BACKEND_JOB_ID_MAX] = "";
+    hearth_err e;
+    if (rundir_path(path, sizeof path, run_dir, "exit_code.pack", &e))
+        return 0;
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    int ok = fgets(who, sizeof who, f) != NULL;
+    fclose(f);
+    who[strcspn(who, "\n")] = 0;
+    return ok && strcmp(who, job_id) == 0;
 }
 
 /* The newest live job of a run that was submitted but never recorded (a hearth killed
@@ -603,6 +640,7 @@ static int same_shape(const backend_job *a, const rundir_job *ra, const backend_
 {
     if (a->cpus_per_task != b->cpus_per_task || a->time_limit_s != b->time_limit_s ||
         a->max_concurrent != b->max_concurrent || !same_str(a->dependency, b->dependency) ||
+        ra->pack != rb->pack ||
         !same_str(ra->partition, rb->partition) ||
         !same_str(ra->account, rb->account) || !same_str(ra->qos, rb->qos) ||
         !same_str(ra->constraint, rb->constraint) || ra->n_sbatch != rb->n_sbatch)
@@ -616,7 +654,10 @@ static int same_shape(const backend_job *a, const rundir_job *ra, const backend_
 /* Submits jobs[0..n) as one array: DIR = EXP_DIR/arrays/<first run>.<pid>.<k>/ holds
  * `runs` (task i runs the i-th run directory listed) and task.sh, which runs that run's
  * job.sh with its output in the run directory.  The array's comment names DIR, so that a
- * later hearth can find an array task by its run directory (adoption). */
+ * later hearth can find an array task by its run directory (adoption).
+ * With resources.pack P > 1 (rj->pack), task i runs the runs on lines i*P+1 .. i*P+P one
+ * after another (DIR/pack holds P), with P times the time limit of one run; every run of a
+ * task is tracked under the task's id. */
 static int submit_array(slurm_backend *sb, const backend_job *jobs, const rundir_job *rj,
                         void *const *tags, size_t n, char (*job_ids)[BACKEND_JOB_ID_MAX],
                         hearth_err *err)
@@ -645,8 +686,52 @@ static int submit_array(slurm_backend *sb, const backend_job *jobs, const rundir
     snprintf(path, sizeof path, "%s/runs", dir);
     rc = rundir_write_file(path, list, off, 0644, err);
     free(list);
+    size_t pack = rj->pack > 1 ? (size_t)rj->pack : 1, tasks = (n + pack - 1) / pack;
     char *script = NULL;
-    int sl = asprintf(&script,
+    int sl;
+    if (pack > 1) {
+        char pk[32];
+        int pl = snprintf(pk, sizeof pk, "%zu\n", pack);
+        snprintf(path, sizeof path, "%s/pack", dir);
+        if (!rc)
+            rc = rundir_write_file(path, pk, (size_t)pl, 0644, err);
+        /* Slurm signals every process of the job (TERM) at the time limit or on scancel:
+         * the run then in progress ends as the job does (no exit_code.pack), and no further
+         * run starts, so those keep the job's end state too. */
+        sl = asprintf(&script,
+        "#!/bin/bash\n"
+        "# A hearth job array of packs: task N runs the run directories on lines N*P+1 .. N*P+P\n"
+        "# of runs one after another (P = resources.pack).\n"
+        "list=%s/runs\n"
+        "pack=%zu\n"
+        "job=\"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}\"\n"
+        "child=\n"
+        "stop=\n"
+        "trap 'stop=1; [ -n \"$child\" ] && kill -TERM \"$child\" 2>/dev/null' TERM INT HUP\n"
+        "rc=0\n"
+        "first=$((SLURM_ARRAY_TASK_ID * pack + 1))\n"
+        "for ((k = first; k < first + pack; k++)); do\n"
+        "    [ -z \"$stop\" ] || break\n"
+        "    dir=$(sed -n \"${k}p\" \"$list\")\n"
+        "    [ -n \"$dir\" ] || break\n"
+        "    ( cd \"$dir\" || exit 1; exec \"$dir/job.sh\" >>\"$dir/stdout.log\" 2>>\"$dir/stderr.log\" ) &\n"
+        "    child=$!\n"
+        "    while :; do\n"
+        "        wait \"$child\"\n"
+        "        rc=$?\n"
+        "        kill -0 \"$child\" 2>/dev/null || break\n"
+        "    done\n"
+        "    wait \"$child\" 2>/dev/null\n"
+        "    last=$?\n"
+        "    if [ \"$last\" -ge 0 ] && [ \"$last\" -le 255 ] && [ \"$last\" -ne 127 ]; then rc=$last; fi\n"
+        "    child=\n"
+        "    if [ -z \"$stop\" ]; then\n"
+        "        printf '%%s\\n' \"$job\" >\"$dir/.exit_code.pack.tmp\" && mv -f \"$dir/.exit_code.pack.tmp\" \"$dir/exit_code.pack\"\n"
+        "    fi\n"
+        "done\n"
+        "exit \"$rc\"\n", qdir, pack);
+    } else
+    sl = asprintf(&script,
         "#!/bin/bash\n"
         "# A hearth job array: task N runs the run directory on line N+1 of runs.\n"
         "list=%s/runs\n"
@@ -663,16 +748,19 @@ static int submit_array(slurm_backend *sb, const backend_job *jobs, const rundir
     free(script);
     if (rc)
         return rc;
-    const backend_job *job = &jobs[0];
+    backend_job packed = jobs[0];
+    const backend_job *job = &packed;
+    if (packed.time_limit_s > 0)
+        packed.time_limit_s *= (int64_t)pack;
     argvec a = { 0 };
     av_add(&a, "sbatch");
     av_add(&a, "--parsable");
     av_add(&a, "--job-name=%s", job->run_id);
     av_add(&a, "--comment=hearth-array:%s", dir);
     if (job->max_concurrent > 0)
-        av_add(&a, "--array=0-%zu%%%d", n - 1, job->max_concurrent);
+        av_add(&a, "--array=0-%zu%%%d", tasks - 1, job->max_concurrent);
     else
-        av_add(&a, "--array=0-%zu", n - 1);
+        av_add(&a, "--array=0-%zu", tasks - 1);
     av_add(&a, "--output=%s/task-%%a.log", dir);
     av_add(&a, "--chdir=%s", dir);
     resource_args(&a, job, rj);
@@ -682,7 +770,7 @@ static int submit_array(slurm_backend *sb, const backend_job *jobs, const rundir
     rc = run_sbatch(&a, what, id, err);
     av_free(&a);
     for (size_t i = 0; !rc && i < n; i++) {
-        snprintf(job_ids[i], BACKEND_JOB_ID_MAX, "%.40s_%zu", id, i);
+        snprintf(job_ids[i], BACKEND_JOB_ID_MAX, "%.40s_%zu", id, i / pack);
         rc = add_job(sb, &jobs[i], tags[i], job_ids[i], err);
     }
     return rc;
@@ -705,7 +793,9 @@ static int slurm_submit_many(backend *b, const backend_job *jobs, void *const *t
         nread--;   /* the failed read left nothing to free */
     size_t i = 0;
     while (!rc && i < n) {
-        size_t cap = (size_t)max_array_size(sb), j = i + 1;
+        /* Array task ids stop at MaxArraySize - 1; a task runs up to `pack` runs. */
+        size_t cap = (size_t)max_array_size(sb) * (size_t)(rj[i].pack > 1 ? rj[i].pack : 1);
+        size_t j = i + 1;
         char exclude[256];
         /* A run kept off a failed node goes alone (its options differ). */
         if (!read_exclude(jobs[i].run_dir, exclude, sizeof exclude))
@@ -784,6 +874,11 @@ static int slurm_poll(backend *b, int timeout_ms, backend_event *ev, size_t cap,
     for (size_t i = 0; i < m; i++) {
         int dummy;
         codes[i] = -1;
+        /* A run of a pack that ended on its own: done now, even while its job runs on
+         * (or ended later in another way). */
+        if (st[i] != SLURM_ST_UNKNOWN && pack_run_done(sb->jobs[i].run_dir, ids[i]) &&
+            slurm_job_exit_code(sb->jobs[i].run_dir, ids[i], &dummy))
+            st[i] = SLURM_ST_DONE;
         if (st[i] != SLURM_ST_ALIVE && !slurm_job_exit_code(sb->jobs[i].run_dir, ids[i], &dummy) &&
             st[i] != SLURM_ST_UNKNOWN)
             need[nn++] = ids[i];

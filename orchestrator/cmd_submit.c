@@ -232,6 +232,7 @@ static int create_point(void *ctx, const plan_point *p)
     j.n_sbatch = cc->s->resources.n_sbatch;   /* not a matrix key: the spec's list */
     j.sbatch = (char **)cc->s->resources.sbatch;
     j.retry_timeout = cc->s->resources.retry_timeout;   /* not a matrix key either */
+    j.pack = cc->s->resources.pack > 1 ? (int)cc->s->resources.pack : 1;   /* nor this */
     for (long i = 0; !rc && i < n; i++) {
         rc = sweep_create_run(cc->db, &j, json, cc->exp_dir, cc->tmpl_name, cc->tmpl, NULL,
                               cc->err);

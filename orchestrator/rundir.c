@@ -119,6 +119,7 @@ int rundir_job_copy(rundir_job *out, const rundir_job *in, hearth_err *err)
     out->repeat = in->repeat;
     out->max_concurrent = in->max_concurrent;
     out->retry_timeout = in->retry_timeout;
+    out->pack = in->pack;
     out->after_any = in->after_any;
     int rc = dup_str(&out->run_id, in->run_id) || dup_str(&out->experiment, in->experiment) ||
              dup_str(&out->backend, in->backend) || dup_str(&out->trainer, in->trainer) ||
@@ -158,9 +159,9 @@ static json_t *job_to_json(const rundir_job *j)
     json_t *sb = json_array();
     for (int i = 0; sb && i < j->n_sbatch; i++)
         json_array_append_new(sb, json_string(j->sbatch[i]));
-    json_t *slurm = json_pack("{s:s?, s:s?, s:s?, s:s?, s:o}", "partition", j->partition,
+    json_t *slurm = json_pack("{s:s?, s:s?, s:s?, s:s?, s:o, s:i}", "partition", j->partition,
                               "account", j->account, "qos", j->qos, "constraint",
-                              j->constraint, "sbatch", sb);
+                              j->constraint, "sbatch", sb, "pack", j->pack > 1 ? j->pack : 1);
     return json_pack("{s:s?, s:s?, s:s?, s:s?, s:s?, s:o, s:s?, s:i, s:I, s:i, s:i, s:i, s:b, "
                      "s:o, s:o}",
                      "run_id", j->run_id, "experiment", j->experiment, "backend", j->backend,
@@ -271,7 +272,11 @@ int rundir_job_read(const char *run_dir, rundir_job *j, hearth_err *err)
         free(on);
     }
     json_t *slurm = rc ? NULL : json_object_get(o, "slurm");
+    j->pack = 1;
     if (!rc && slurm && json_is_object(slurm)) {
+        json_t *pk = json_object_get(slurm, "pack");
+        if (pk && json_is_integer(pk) && json_integer_value(pk) > 1)
+            j->pack = json_integer_value(pk) > 1000000 ? 1000000 : (int)json_integer_value(pk);
         rc = get_str(slurm, "partition", &j->partition, 0, path, err);
         if (!rc)
             rc = get_str(slurm, "account", &j->account, 0, path, err);

@@ -45,6 +45,8 @@ typedef struct {
     char *partition, *account, *qos, *constraint;
     int n_sbatch;
     char **sbatch;
+    int pack;                 /* resources.pack (job.json slurm.pack; absent: 1): up to this
+                                 many runs of one shape run one after another in one job */
 } rundir_job;
 
 void rundir_job_free(rundir_job *j);

@@ -31,6 +31,8 @@ static const char *const resource_str_keys[] = {
 static const char *const resource_list_keys[] = { "setup", "sbatch", NULL };
 /* Boolean resources keys: the spec's own, not swept by a point (like the lists). */
 static const char *const resource_bool_keys[] = { "retry_timeout", NULL };
+/* Integer resources keys of the spec's own, not swept by a point. */
+static const char *const resource_spec_int_keys[] = { "pack", NULL };
 
 typedef struct {
     spec *s;
@@ -499,6 +501,17 @@ static int read_resources(reader *r, const yaml_tree_node *map)
             res->retry_timeout = b;
             continue;
         }
+        if (in_list(resource_spec_int_keys, p->key)) {
+            int64_t v;
+            if (yaml_tree_as_int(p->value, &v) != 1 || v < 1 || v > 1000000) {
+                char got[96];
+                yaml_tree_describe(p->value, got, sizeof got);
+                return fail(r, p->value->line, p->value->col, key,
+                            "expected an integer >= 1, got %s", got);
+            }
+            res->pack = v;
+            continue;
+        }
         if (!spec_key_is_resource(key)) {
             field_suggestion sg;
             field_suggest_init(&sg);
@@ -510,6 +523,8 @@ static int read_resources(reader *r, const yaml_tree_node *map)
                 field_suggest_add(&sg, p->key, resource_list_keys[k]);
             for (int k = 0; resource_bool_keys[k]; k++)
                 field_suggest_add(&sg, p->key, resource_bool_keys[k]);
+            for (int k = 0; resource_spec_int_keys[k]; k++)
+                field_suggest_add(&sg, p->key, resource_spec_int_keys[k]);
             const char *best = field_suggest_result(&sg, p->key);
             char hint[200] = "";
             if (best)

@@ -6,6 +6,8 @@
  *     resources: {nodes: 1, gpus_per_node: 8, time: "01:00:00", setup: [...], sbatch: [...]}
  *                                # + retry_timeout: true (a timeout is retried too; not
  *                                #   sweepable, like setup and sbatch)
+ *                                # + pack: N (slurm: up to N runs of one shape one after
+ *                                #   another in one job, time limit N x time; not sweepable)
  *     matrix:                        # cartesian product, spec order, last key fastest
  *       train.lr: [1e-3, 3e-4]
  *       resources.nodes: [1, 2]
@@ -84,6 +86,8 @@ typedef struct {
     int n_sbatch;
     const char **sbatch;
     int retry_timeout;                /* resources.retry_timeout: a TIMEOUT is retried too */
+    int64_t pack;                     /* resources.pack (slurm): up to this many runs of one
+                                         shape run one after another in one job; 0/1: off */
 } spec_resources;
 
 typedef enum { SPEC_AFTER_OK = 0, SPEC_AFTER_ANY = 1 } spec_after_on;

@@ -234,6 +234,7 @@ static void test_rundir_write_read(void **state)
     j.repeat = 4;
     j.max_concurrent = 5;
     j.retry_timeout = 1;
+    j.pack = 7;
     j.after_experiment = "warmup";
     j.after_any = 1;
     char *sbatch[] = { "--mem=1G", "--export=ALL,X='a b'" };
@@ -258,6 +259,7 @@ static void test_rundir_write_read(void **state)
     assert_int_equal(back.repeat, 4);
     assert_int_equal(back.max_concurrent, 5);
     assert_int_equal(back.retry_timeout, 1);
+    assert_int_equal(back.pack, 7);
     assert_string_equal(back.after_experiment, "warmup");
     assert_int_equal(back.after_any, 1);
     assert_string_equal(back.partition, "gpu");
@@ -271,6 +273,7 @@ static void test_rundir_write_read(void **state)
     assert_string_equal(copy.setup[0], "module load x");
     assert_string_equal(copy.partition, "gpu");
     assert_int_equal(copy.retry_timeout, 1);
+    assert_int_equal(copy.pack, 7);
     assert_int_equal(copy.n_sbatch, 2);
     assert_string_equal(copy.sbatch[0], "--mem=1G");
     rundir_job_free(&copy);

@@ -114,9 +114,13 @@ static void test_full_spec(void **state)
     assert_null(s->where);
     assert_int_equal(s->n_matrix, 0);
     assert_int_equal(s->resources.retry_timeout, 0);
+    assert_int_equal(s->resources.pack, 0);
     spec_free(s);
     s = spt_parse_ok("name: x\nresources: {retry_timeout: false}\n");
     assert_int_equal(s->resources.retry_timeout, 0);
+    spec_free(s);
+    s = spt_parse_ok("name: x\nresources: {pack: 3, time: '00:10:00'}\n");
+    assert_int_equal(s->resources.pack, 3);
     spec_free(s);
 }
 
@@ -200,6 +204,11 @@ static void test_wrong_types(void **state)
     expect_error("name: x\nresources:\n  retry_timeout: sometimes\n",
                  "t.yaml:3:18: resources.retry_timeout: expected true or false, got "
                  "\"sometimes\"");
+    expect_error("name: x\nresources:\n  pack: 0\n",
+                 "t.yaml:3:9: resources.pack: expected an integer >= 1, got \"0\"");
+    expect_error("name: x\nresources:\n  pack: many\n",
+                 "t.yaml:3:9: resources.pack: expected an integer >= 1, got \"many\"");
+    expect_error("name: x\nmatrix:\n  resources.pack: [1, 2]\n", "t.yaml:3:3: resources.pack: unknown key in matrix");
     expect_error("name: x\nresources:\n  retry_timeout: 3\n",
                  "t.yaml:3:18: resources.retry_timeout: expected true or false, got \"3\"");
     expect_error("name: x\nresources:\n  setup: echo hi\n",

@@ -83,7 +83,7 @@ endif
 # its `rm` line would follow the test summary).
 .SECONDARY:
 
-.PHONY: FORCE all test test-unit test-san bench deps clean cuda gpu-tests
+.PHONY: FORCE all test test-unit test-san bench deps install clean cuda gpu-tests
 all: $(ALL)
 
 $(BUILD)/obj/%.o: %.c
@@ -181,6 +181,17 @@ bench: all $(BENCH_BINS)
 
 deps:
 	contrib/install-deps.sh
+
+# Installs the two programs with what they look up beside themselves
+# (PREFIX/share/hearth: model presets, job-script templates, schema migrations for reference).
+PREFIX ?= /usr/local
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/hearth/models \
+	    $(DESTDIR)$(PREFIX)/share/hearth/templates $(DESTDIR)$(PREFIX)/share/hearth/migrations
+	install -m 755 $(TRAIN_BIN) $(ORCH_BIN) $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 contrib/models/*.yaml $(DESTDIR)$(PREFIX)/share/hearth/models/
+	install -m 644 templates/*.tmpl $(DESTDIR)$(PREFIX)/share/hearth/templates/
+	install -m 644 db/migrations/*.sql $(DESTDIR)$(PREFIX)/share/hearth/migrations/
 
 # The README's first command: installs the Debian packages that are missing, builds, sweeps
 # contrib/examples/demo.yaml through the local backend (2 jobs at once) into a database of

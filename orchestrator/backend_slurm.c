@@ -36,6 +36,7 @@
 #include "render.h"
 #include "rundir.h"
 #include "slurm_state.h"
+#include "strbuf.h"
 
 typedef struct {
     void *tag;
@@ -55,31 +56,7 @@ typedef struct {
     unsigned arrays;          /* arrays submitted by this process (unique directory names) */
 } slurm_backend;
 
-
 /* ---- running a command ------------------------------------------------------------------ */
-
-typedef struct {
-    char *data;
-    size_t len, cap;
-} sbuf;
-
-static int sbuf_add(sbuf *b, const char *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *g = realloc(b->data, cap);
-        if (!g)
-            return -1;
-        b->data = g;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = 0;
-    return 0;
-}
 
 /* Runs argv[0] (found on PATH) with stdin from /dev/null; collects stdout into *out and
  * stderr into *errtxt (both malloc'd, NUL-terminated; the caller frees them).  *status is
@@ -113,7 +90,7 @@ static int run_cmd(char *const argv[], char **out, char **errtxt, int *status,
     }
     close(po[1]);
     close(pe[1]);
-    sbuf so = { 0 }, se = { 0 };
+    strbuf so = { 0 }, se = { 0 };
     struct pollfd pf[2] = { { po[0], POLLIN, 0 }, { pe[0], POLLIN, 0 } };
     int open_fds = 2, oom = 0;
     char buf[8192];
@@ -135,7 +112,7 @@ static int run_cmd(char *const argv[], char **out, char **errtxt, int *status,
                 open_fds--;
                 continue;
             }
-            if (sbuf_add(k ? &se : &so, buf, (size_t)r))
+            if (strbuf_add(k ? &se : &so, buf, (size_t)r))
                 oom = 1;
         }
     }
@@ -146,15 +123,15 @@ static int run_cmd(char *const argv[], char **out, char **errtxt, int *status,
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
         ;
     *status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-    if (oom || (!so.data && sbuf_add(&so, "", 0)) || (!se.data && sbuf_add(&se, "", 0))) {
-        free(so.data);
-        free(se.data);
+    if (oom || (!so.s && strbuf_add(&so, "", 0)) || (!se.s && strbuf_add(&se, "", 0))) {
+        free(so.s);
+        free(se.s);
         return herr_set(err, HERR_NOMEM, "out of memory");
     }
     if (*status == 127 && se.len == 0)
-        sbuf_add(&se, "command not found", 17);
-    *out = so.data;
-    *errtxt = se.data;
+        strbuf_add(&se, "command not found", 17);
+    *out = so.s;
+    *errtxt = se.s;
     return 0;
 }
 

@@ -6,50 +6,27 @@
 #include <unistd.h>
 
 #include "render.h"
-
-/* A growing string. */
-typedef struct {
-    char *s;
-    size_t len, cap;
-} sbuf;
-
-static int sbuf_add(sbuf *b, const char *p, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *g = realloc(b->s, cap);
-        if (!g)
-            return HERR_NOMEM;
-        b->s = g;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->len, p, n);
-    b->len += n;
-    b->s[b->len] = 0;
-    return 0;
-}
+#include "strbuf.h"
 
 /* Single quotes keep every byte literal except the quote itself, which is closed, written
  * escaped and reopened: it's -> 'it'\''s'. */
-static int quote_into(sbuf *b, const char *s)
+static int quote_into(strbuf *b, const char *s)
 {
-    int rc = sbuf_add(b, "'", 1);
+    int rc = strbuf_add(b, "'", 1);
     for (const char *p = s; !rc && *p; ) {
         const char *q = strchr(p, '\'');
         size_t n = q ? (size_t)(q - p) : strlen(p);
-        rc = sbuf_add(b, p, n);
+        rc = strbuf_add(b, p, n);
         if (!rc && q)
-            rc = sbuf_add(b, "'\\''", 4);
+            rc = strbuf_add(b, "'\\''", 4);
         p += n + (q ? 1 : 0);
     }
-    return rc ? rc : sbuf_add(b, "'", 1);
+    return rc ? rc : strbuf_add(b, "'", 1);
 }
 
 char *render_shell_quote(const char *s)
 {
-    sbuf b = { 0 };
+    strbuf b = { 0 };
     if (quote_into(&b, s)) {
         free(b.s);
         return NULL;
@@ -69,7 +46,7 @@ static const render_var *find_var(const render_var *vars, size_t n, const char *
 int render_template(const char *tmpl_name, const char *tmpl, const render_var *vars,
                     size_t n_vars, char **out, hearth_err *err)
 {
-    sbuf b = { 0 };
+    strbuf b = { 0 };
     int rc = 0, line = 1;
     const char *p = tmpl;
     *out = NULL;
@@ -78,7 +55,7 @@ int render_template(const char *tmpl_name, const char *tmpl, const render_var *v
         size_t n = open ? (size_t)(open - p) : strlen(p);
         for (size_t i = 0; i < n; i++)
             line += p[i] == '\n';
-        if ((rc = sbuf_add(&b, p, n)) || !open)
+        if ((rc = strbuf_add(&b, p, n)) || !open)
             break;
         const char *name = open + 2, *close = strstr(name, "}}");
         size_t len = 0;
@@ -97,11 +74,11 @@ int render_template(const char *tmpl_name, const char *tmpl, const render_var *v
             break;
         }
         const char *val = v->value ? v->value : "";
-        rc = v->raw ? sbuf_add(&b, val, strlen(val)) : quote_into(&b, val);
+        rc = v->raw ? strbuf_add(&b, val, strlen(val)) : quote_into(&b, val);
         p = close + 2;
     }
     if (!rc && !b.s)
-        rc = sbuf_add(&b, "", 0);
+        rc = strbuf_add(&b, "", 0);
     if (rc) {
         free(b.s);
         return rc == HERR_NOMEM ? herr_set(err, rc, "out of memory rendering %s", tmpl_name)
@@ -172,17 +149,17 @@ int render_read_file(const char *path, char **text, size_t *len, hearth_err *err
     *text = NULL;
     if (!f)
         return herr_set(err, HERR_IO, "%s: %s", path, strerror(errno));
-    sbuf b = { 0 };
+    strbuf b = { 0 };
     char chunk[8192];
     size_t n;
     int rc = 0;
     while (!rc && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        rc = sbuf_add(&b, chunk, n);
+        rc = strbuf_add(&b, chunk, n);
     if (!rc && ferror(f))
         rc = herr_set(err, HERR_IO, "%s: read error", path);
     fclose(f);
     if (!rc && !b.s)
-        rc = sbuf_add(&b, "", 0);
+        rc = strbuf_add(&b, "", 0);
     if (rc) {
         free(b.s);
         return rc == HERR_NOMEM ? herr_set(err, rc, "%s: out of memory", path) : rc;

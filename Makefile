@@ -7,6 +7,7 @@
 #   kernels/cuda/*.cu     -> libhearth_kernels_cuda.a (only where nvcc exists)
 #   trainer/shape/*.c     -> libhearth_shape.a        (pure model-shape/layout rules)
 #   trainer/model/*.c     -> libhearth_model.a        (model forward/backward)
+#   trainer/comm/*.c      -> libhearth_comm.a         (communicator: collectives over groups)
 #   trainer/*.c           -> libhearth_train.a, except trainer/main.c
 #   orchestrator/*.c      -> libhearth_orch.a, except orchestrator/main.c (build/bin/hearth)
 #   tests/unit/test_*.c   -> build/tests/test_*       (cmocka; helpers in tests/unit/support/)
@@ -35,7 +36,8 @@ KERNEL_SRC := $(wildcard kernels/cpu/*.c)
 CUDA_SRC   := $(wildcard kernels/cuda/*.cu)
 SHAPE_SRC  := $(wildcard trainer/shape/*.c)
 MODEL_SRC  := $(wildcard trainer/model/*.c)
-TRAIN_SRC  := $(filter-out trainer/main.c,$(wildcard trainer/*.c)) $(wildcard trainer/comm/*.c) $(wildcard trainer/parallel/*.c)
+COMM_SRC   := $(wildcard trainer/comm/*.c)
+TRAIN_SRC  := $(filter-out trainer/main.c,$(wildcard trainer/*.c)) $(wildcard trainer/parallel/*.c)
 ORCH_SRC   := $(filter-out orchestrator/main.c,$(wildcard orchestrator/*.c))
 TEST_SUPPORT_SRC := $(wildcard tests/unit/support/*.c)
 TEST_SRC   := $(wildcard tests/unit/test_*.c)
@@ -48,10 +50,11 @@ LIB_KERNELS := $(BUILD)/lib/libhearth_kernels.a
 LIB_SHAPE   := $(BUILD)/lib/libhearth_shape.a
 LIB_MODEL   := $(BUILD)/lib/libhearth_model.a
 LIB_TRAIN   := $(BUILD)/lib/libhearth_train.a
+LIB_COMM    := $(BUILD)/lib/libhearth_comm.a
 LIB_ORCH    := $(BUILD)/lib/libhearth_orch.a
 LIB_CUDA    := $(BUILD)/lib/libhearth_kernels_cuda.a
 # Link order: dependents first.
-TRAIN_LIBS := $(LIB_TRAIN) $(LIB_MODEL) $(LIB_SHAPE) $(LIB_KERNELS)
+TRAIN_LIBS := $(LIB_TRAIN) $(LIB_MODEL) $(LIB_COMM) $(LIB_SHAPE) $(LIB_KERNELS)
 TEST_LIBS  := $(LIB_ORCH) $(TRAIN_LIBS)
 
 TRAIN_BIN  := $(BUILD)/bin/hearth-train
@@ -104,6 +107,7 @@ $(LIB_KERNELS): $(call obj,$(KERNEL_SRC)) ; $(archive)
 $(LIB_SHAPE):   $(call obj,$(SHAPE_SRC))  ; $(archive)
 $(LIB_MODEL):   $(call obj,$(MODEL_SRC))  ; $(archive)
 $(LIB_TRAIN):   $(call obj,$(TRAIN_SRC))  ; $(archive)
+$(LIB_COMM):    $(call obj,$(COMM_SRC))   ; $(archive)
 $(LIB_ORCH):    $(call obj,$(ORCH_SRC))   ; $(archive)
 $(LIB_CUDA):    $(patsubst %.cu,$(BUILD)/obj/%.o,$(CUDA_SRC)) ; $(archive)
 

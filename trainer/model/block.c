@@ -68,6 +68,55 @@ void stack_cfg_init(stack_cfg *c, const stack_shape *s, int causal, int E, int K
     c->rope = s->pos == POS_ROPE || s->pos == POS_MROPE || s->pos == POS_ROPE2D;
     c->causal = causal;
     c->gelu = s->gelu == GELU_ERF ? KGELU_ERF : KGELU_TANH;
+    c->tp = 1;
+    c->Hq_full = c->Hq;
+    c->Hkv_full = c->Hkv;
+    c->F_full = c->F;
+    c->kv_rep = 1;
+    c->ep = 1;
+    c->El = E;
+}
+
+int stack_cfg_split(stack_cfg *c, const char *comp, int tp, int t, int ep, int e,
+                    hearth_err *err)
+{
+    int Hq = c->Hq_full, Hkv = c->Hkv_full, F = c->F_full;
+    if (tp < 1 || t < 0 || t >= tp || ep < 1 || e < 0 || e >= ep)
+        return herr_set(err, HERR_CONFIG, "%s: bad split tp %d rank %d, ep %d rank %d", comp,
+                        tp, t, ep, e);
+    if (Hq % tp)
+        return herr_set(err, HERR_CONFIG, "%s.heads %d is not divisible by tp %d", comp, Hq,
+                        tp);
+    if (tp <= Hkv ? Hkv % tp : tp % Hkv)
+        return herr_set(err, HERR_CONFIG, "%s.kv_heads %d and tp %d: one must divide the "
+                        "other", comp, Hkv, tp);
+    if (F % tp)
+        return herr_set(err, HERR_CONFIG, "%s.ffn %d is not divisible by tp %d", comp, F, tp);
+    if (c->E % ep)
+        return herr_set(err, HERR_CONFIG, "%s.moe.experts %d is not divisible by ep %d", comp,
+                        c->E, ep);
+    c->tp = tp;
+    c->t = t;
+    c->Hq = Hq / tp;
+    c->q0 = t * c->Hq;
+    if (tp <= Hkv) {
+        c->Hkv = Hkv / tp;
+        c->kv0 = t * c->Hkv;
+        c->kv_rep = 1;
+    } else {
+        c->Hkv = 1;
+        c->kv0 = t * Hkv / tp;
+        c->kv_rep = tp / Hkv;
+    }
+    c->QD = c->Hq * c->D;
+    c->KD = c->Hkv * c->D;
+    c->QKV = c->QD + 2 * c->KD;
+    c->F = F / tp;
+    c->Fu = c->s->mlp == MLP_SWIGLU ? 2 * c->F : c->F;
+    c->ep = ep;
+    c->El = c->E / ep;
+    c->E0 = e * c->El;
+    return 0;
 }
 
 int stack_init(stack *st, const stack_cfg *c, int layers, hearth_err *err)
@@ -247,16 +296,17 @@ static double mlp_forward(const stack_cfg *c, block *b, stack_scratch *sc, float
     return aux;
 }
 
-double stack_forward(stack *st, const stack_ctx *ctx)
+int stack_forward(stack *st, const stack_ctx *ctx, double *aux, hearth_err *err)
 {
-    double aux = 0;
+    (void)err;
+    *aux = 0;
     for (int l = 0; l < st->L; l++) {
         block *b = &st->layers[l];
         attn_forward(&st->c, b, &st->sc, st->xs[l], ctx);
         b->aux = mlp_forward(&st->c, b, &st->sc, st->xs[l + 1], ctx->N);
-        aux += b->aux;
+        *aux += b->aux;
     }
-    return aux;
+    return 0;
 }
 
 /* ---- backward ----------------------------------------------------------------------- */
@@ -331,11 +381,13 @@ static void attn_backward(const stack_cfg *c, block *b, stack_scratch *sc, const
                   b->mean1, b->rstd1, N, c->H);
 }
 
-void stack_backward(stack *st, const stack_ctx *ctx, float aux_scale)
+int stack_backward(stack *st, const stack_ctx *ctx, float aux_scale, hearth_err *err)
 {
+    (void)err;
     for (int l = st->L - 1; l >= 0; l--) {
         block *b = &st->layers[l];
         mlp_backward(&st->c, b, &st->sc, ctx->N, aux_scale);
         attn_backward(&st->c, b, &st->sc, st->xs[l], ctx);
     }
+    return 0;
 }

@@ -194,10 +194,12 @@ int decoder_run(model *m, const vlm_batch *b, int train, float loss_scale, float
     for (int sq = 0; sq <= b->n_seq; sq++)
         d->cu[sq] = sq * S;
     d->ctx = (stack_ctx){
-        .N = N, .cos = c->rope ? d->cos : NULL, .sin = c->rope ? d->sin : NULL,
+        .N = N, .N_local = N, .cos = c->rope ? d->cos : NULL, .sin = c->rope ? d->sin : NULL,
         .cu = d->cu, .nseq = b->n_seq, .cu_full = d->cu, .nseq_full = b->n_seq,
     };
-    double aux = stack_forward(sk, &d->ctx);
+    double aux = 0;
+    if ((rc = stack_forward(sk, &d->ctx, &aux, err)))
+        return rc;
     const float *xL = sk->xs[sk->L];
     norm_forward(ds->s.norm, d->hf, d->meanf, d->rstdf, xL, d->norm_w, d->norm_b, N, H,
                  ds->s.norm_eps);
@@ -245,7 +247,8 @@ int decoder_run(model *m, const vlm_batch *b, int train, float loss_scale, float
     memset(dres, 0, (size_t)N * H * sizeof(float));
     norm_backward(ds->s.norm, dres, d->norm_gw, d->norm_gb, d->dhf, xL, d->norm_w, d->meanf,
                   d->rstdf, N, H);
-    stack_backward(sk, &d->ctx, aux_scale);
+    if ((rc = stack_backward(sk, &d->ctx, aux_scale, err)))
+        return rc;
     if (d->pos_gw)
         for (int i = 0; i < N; i++)
             kcpu_accumulate(d->pos_gw + (size_t)(i % S) * H, dres + (size_t)i * H, (size_t)H);

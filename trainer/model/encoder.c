@@ -114,24 +114,29 @@ int encoder_forward(model *m, const vlm_batch *b, hearth_err *err)
     kcpu_matmul_forward(e->st.xs[0], e->pix, e->patch_w, NULL, (int)P, e->patch_dim,
                         e->st.c.H);
     e->ctx = (stack_ctx){
-        .N = (int)P, .cos = e->cos, .sin = e->sin,
+        .N = (int)P, .N_local = (int)P, .cos = e->cos, .sin = e->sin,
         .cu = e->cu_win, .nseq = e->n_windows,
         .cu_full = e->cu_frame, .nseq_full = e->n_frames,
     };
-    stack_forward(&e->st, &e->ctx);
+    double aux = 0;
+    if ((rc = stack_forward(&e->st, &e->ctx, &aux, err)))
+        return rc;
     projector_forward(&m->proj, e->st.xs[e->st.L], m->img_feat, e->win_idx, (int)U);
     return 0;
 }
 
-void encoder_backward(model *m)
+int encoder_backward(model *m, hearth_err *err)
 {
     encoder_part *e = &m->enc;
     int train_enc = !e->sh->s.freeze;
     projector_backward(&m->proj, e->st.xs[e->st.L], m->dimg_feat,
                        train_enc ? e->st.sc.dres : NULL, e->win_idx, e->n_units);
     if (!train_enc)
-        return;
-    stack_backward(&e->st, &e->ctx, 0.0f);
+        return 0;
+    int rc = stack_backward(&e->st, &e->ctx, 0.0f, err);
+    if (rc)
+        return rc;
     kcpu_matmul_backward(NULL, e->patch_gw, NULL, e->st.sc.dres, e->pix, e->patch_w,
                          e->n_patches, e->patch_dim, e->st.c.H);
+    return 0;
 }

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm/comm.h"
 #include "kernels.h"
 #include "model/model.h"
 
@@ -76,6 +77,14 @@ typedef struct {
     int rope;               /* rotate q and k with the context's tables */
     int causal;
     kgelu_kind gelu;
+    /* The split of this rank (model_par.h; stack_cfg_split).  Hq, Hkv, QD, KD, QKV, F, Fu
+     * above are then the LOCAL sizes; the full ones are kept here.  Whole stack: tp = 1,
+     * ep = 1, q0 = kv0 = E0 = 0, kv_rep = 1, El = E. */
+    int tp, t;              /* tensor-parallel size and rank */
+    int Hq_full, Hkv_full, F_full;
+    int q0, kv0;            /* first local q head, first local kv head (global indices) */
+    int kv_rep;             /* ranks sharing one kv head (tp / Hkv_full when tp > Hkv_full) */
+    int ep, E0, El;         /* expert parallel: experts [E0, E0 + El) of E are local */
 } stack_cfg;
 
 /* One block's parameters and saved activations (forward -> backward). */
@@ -113,6 +122,10 @@ typedef struct {
 
 typedef struct {
     stack_cfg c;
+    /* Communication of a split stack (model_par.h); NULL groups = size 1.  sp: the
+     * residual stream holds ctx->N_local tokens of this rank (sequence parallel). */
+    comm *tp_comm, *ep_comm;
+    int sp;
     int L;
     block *layers;          /* [L] */
     float **xs;             /* [L + 1]: xs[l] is layer l's input, xs[L] the stack output */
@@ -124,7 +137,9 @@ typedef struct {
 
 /* Per-call context: sequences and RoPE tables for this batch. */
 typedef struct {
-    int N;                          /* tokens */
+    int N;                          /* tokens of the micro batch (attention sees all) */
+    int N_local;                    /* tokens in this rank's residual stream: N / tp under
+                                       sequence parallelism, else N */
     const float *cos, *sin;         /* [N, D/2] when the stack uses RoPE */
     const int *cu;                  /* [nseq + 1] sequence boundaries of ordinary layers */
     int nseq;
@@ -135,17 +150,24 @@ typedef struct {
 /* Fills the derived sizes.  moe_* are 0 for a dense stack. */
 void stack_cfg_init(stack_cfg *c, const stack_shape *s, int causal, int E, int K, int Fm,
                     int Fs);
+/* Makes c describe rank t of tp and rank e of ep (model_par.h says what is split how).
+ * HERR_CONFIG naming `comp` ("decoder", "encoder") and the dimension when the split is
+ * impossible: heads % tp, kv_heads % tp (tp <= kv_heads) or tp % kv_heads (tp >
+ * kv_heads), ffn % tp, experts % ep. */
+int stack_cfg_split(stack_cfg *c, const char *comp, int tp, int t, int ep, int e,
+                    hearth_err *err);
 /* Allocates the layer array (parameters are attached by the caller). */
 int stack_init(stack *st, const stack_cfg *c, int layers, hearth_err *err);
 void stack_free(stack *st);
 /* Makes the activation buffers hold N tokens (grows, never shrinks). */
 int stack_reserve(stack *st, int N, hearth_err *err);
-/* Forward over st->xs[0] (written by the caller) into st->xs[L]; returns the sum of the
- * MoE layers' load-balancing losses. */
-double stack_forward(stack *st, const stack_ctx *ctx);
+/* Forward over st->xs[0] (written by the caller; ctx->N_local rows) into st->xs[L];
+ * *aux gets the sum of the MoE layers' load-balancing losses.  Fails only when a
+ * collective of a split stack fails. */
+int stack_forward(stack *st, const stack_ctx *ctx, double *aux, hearth_err *err);
 /* Backward: st->sc.dres holds d(loss)/d(xs[L]) on entry and d(loss)/d(xs[0]) on exit.
  * Parameter gradients go where the blocks' g pointers say (none when NULL). */
-void stack_backward(stack *st, const stack_ctx *ctx, float aux_scale);
+int stack_backward(stack *st, const stack_ctx *ctx, float aux_scale, hearth_err *err);
 
 /* The MoE MLP of one block on h = blk->h2: out [N, H] (overwritten); returns aux. */
 double moe_forward(const stack_cfg *c, block *blk, stack_scratch *sc, float *out, int N);
@@ -248,7 +270,7 @@ struct model {
  * rows, original image order); backward from m->dimg_feat.  The encoder backward is
  * skipped when it is frozen (the projector still trains). */
 int encoder_forward(model *m, const vlm_batch *b, hearth_err *err);
-void encoder_backward(model *m);
+int encoder_backward(model *m, hearth_err *err);
 /* Projector on x [U * merge^2, in / merge^2] (encoder output, window order): y_orig
  * [U, out] in the original unit order (row win_idx[u] gets window unit u).  The backward
  * takes dy_orig in the original order, accumulates parameter gradients and, when dx is

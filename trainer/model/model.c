@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "model/internal.h"
+#include "model/model_shard.h"
 #include "model/rng.h"
 
 #define INIT_STD 0.02
@@ -63,6 +64,7 @@ static float *reg(reg_ctx *r, float **grad, init_kind init, double std, int ndim
         t->dims[i] = i < ndim ? dims[i] : 1;
     t->decay = ndim >= 2;
     t->frozen = r->frozen;
+    model_shard_whole(&t->shard, ndim, dims);
 
     float *p = m->params + off;
     if (init == INIT_NORMAL) {
@@ -518,8 +520,8 @@ static int run(model *m, const vlm_batch *b, int train, float loss_scale, float 
     if ((rc = decoder_run(m, b, train, loss_scale, aux_scale, train && images, &st, err)))
         return rc;
     double t2 = now_ms();
-    if (train && images)
-        encoder_backward(m);
+    if (train && images && (rc = encoder_backward(m, err)))
+        return rc;
     double t3 = now_ms();
     st.encoder_ms = (t1 - t0) + (t3 - t2);
     st.decoder_ms = t2 - t1;

@@ -38,6 +38,29 @@
  * MoE layers have no MLP biases and an ungated shared expert.  Everything is kept for the
  * backward (stack_shape.recompute is ignored on this reference path). */
 
+/* Which slice of the full tensor a rank's tensor is, and how its gradient is reduced
+ * (model_par.h says what is split how).  The full tensor is viewed as [rows, cols] with
+ * cols = its last dimension (1 for a 1-D tensor) and rows = numel / cols; the local
+ * tensor is the row blocks seg_row0[i] .. seg_row0[i] + seg_rows[i] - 1 for i < nseg,
+ * concatenated in that order, restricted to the columns col0 .. col0 + ncols - 1, stored
+ * row-major.  The single-rank model has nseg = 1 covering everything. */
+typedef struct {
+    int ndim;
+    int64_t dims[4];        /* the full tensor's shape */
+    int64_t rows, cols;     /* its [rows, cols] view */
+    int nseg;               /* 1..3 */
+    int64_t seg_row0[3], seg_rows[3];
+    int64_t col0, ncols;
+    int kv_rep;             /* > 1 (qkv weight/bias only): segments 1 and 2 (k and v rows)
+                               are replicated over kv_rep consecutive ranks of the tp group
+                               (those sharing the kv head); gradients summed there */
+    int tp_partial;         /* the gradient is a partial sum over the component's tp group */
+    int tp_replicated;      /* identical on every rank of the component's tp group (count it
+                               once in norms); 0 for tensors split by tp */
+    int expert;             /* routed expert weights: replicas live in the EDP group */
+    int tied_copy;          /* the last stage's copy of a tied embedding shard (pp > 1) */
+} model_shard;
+
 /* One named parameter tensor, a view into the flat parameter/gradient arrays. */
 typedef struct {
     char name[96];      /* e.g. "decoder.layers.3.attn.qkv.weight" */
@@ -47,6 +70,7 @@ typedef struct {
     int64_t dims[4];
     int decay;          /* AdamW weight decay applies (matrices and embeddings) */
     int frozen;         /* belongs to a frozen component: never updated */
+    model_shard shard;  /* this tensor's place in the full tensor (model_par.h) */
 } model_tensor;
 
 /* One micro batch.  Text: n_seq sequences of seq_len tokens, packed row-major.

@@ -1,0 +1,134 @@
+/* model_par.h - the model split over ranks: one rank's shard of the VLM.
+ *
+ * A rank holds a *local model*: the same code as the single-rank model (model.h), built
+ * from the full shape and a model_par that says which part this rank holds and which
+ * groups it talks to.  Parameters are this rank's shards of the full tensors, named as
+ * the full tensors (global layer indices), each with a model_shard saying which slice of
+ * the full tensor it is and how its gradient must be reduced (see model.h).
+ *
+ * What is split, and how (tp = size of the component's tensor-parallel group, t = rank):
+ *   attention   qkv column-parallel by heads: q heads [t*Hq/tp, (t+1)*Hq/tp); kv heads
+ *               [t*Hkv/tp, ...) when tp <= Hkv, else the single kv head t*Hkv/tp that
+ *               this rank's q heads use (replicated over the tp/Hkv ranks sharing it:
+ *               model_shard.kv_rep); proj row-parallel (columns of the same q heads),
+ *               outputs summed over tp, bias added once after the sum.
+ *               q_norm/k_norm weights are replicated but see only local heads: their
+ *               gradients are partial over tp (model_shard.tp_partial).
+ *   dense MLP   gate_up / fc1 column-parallel (gate rows and up rows each split in tp
+ *               contiguous blocks), down / fc2 row-parallel.  Requires ffn % tp == 0.
+ *   MoE MLP     not split by tp: every tp rank computes the MoE layer over all tokens of
+ *               the micro batch (identical results, identical gradients).  Experts are
+ *               split over the ep group: rank e holds experts [e*E/ep, (e+1)*E/ep);
+ *               routed rows go to their expert's owner with all_to_allv and come back
+ *               the same way.  The router and the shared expert are replicated.
+ *   embedding   vocab-parallel: rows [v0, v1) with v0 = t*V/tp (integer division,
+ *               so any V works); lookups outside the range give zeros and the partial
+ *               embeddings are summed over tp.
+ *   LM head     vocab-parallel the same way, with a parallel cross-entropy (max, sum of
+ *               exponentials and the target logit reduced over tp), so logits are never
+ *               gathered.  Tied: the head is the embedding shard.  With pp > 1 and tied
+ *               embeddings the last stage holds its own copy of the embedding shard
+ *               (model_shard.tied_copy), kept equal by summing the two gradients.
+ *   norms, biases of row-parallel linears, positions table, projector, patch embedding:
+ *               replicated.
+ *   sequence parallel (decoder only, par.sp): the residual stream, norms and the
+ *               dropout-free elementwise work hold tokens [t*N/tp, (t+1)*N/tp) of the
+ *               micro batch's N tokens (N % tp == 0 required); all-gather before the
+ *               column-parallel linears, reduce-scatter after the row-parallel ones.
+ *               Norm weights/biases and row-parallel biases then see local tokens only:
+ *               their gradients are partial over tp (model_shard.tp_partial).
+ *   pipeline    the decoder layers [first_layer, first_layer + n_layers) of a stage; the
+ *               embedding (and learned positions) on the stage with has_embed, the final
+ *               norm and head on the stage with has_head.  Stage activations are
+ *               [local tokens, hidden] (local tokens = N/tp under sp, else N).
+ *   encoder     (has_encoder) the ViT with its own tp group (enc_tp), no sp; projector
+ *               replicated.  Which images a rank encodes is the caller's business.
+ *
+ * Ownership: model_par holds borrowed comm handles; they must outlive the model.
+ * Every model created with model_create_par on the ranks of a group must make the same
+ * sequence of collective calls: the caller runs the same micro batches in the same order
+ * on every member of a tp / ep group. */
+#ifndef HEARTH_MODEL_PAR_H
+#define HEARTH_MODEL_PAR_H
+
+#include "comm/comm.h"
+#include "model/model.h"
+
+typedef struct {
+    /* decoder */
+    int has_decoder;          /* 0: encoder (+projector) only (full_separation ranks off
+                                 stage 0 still hold a decoder; this is for tests) */
+    comm *tp;                 /* decoder tensor-parallel group; NULL = size 1 */
+    int sp;                   /* sequence parallel over tp */
+    comm *ep;                 /* expert-parallel group; NULL = size 1 (all experts) */
+    int first_layer;          /* global index of this stage's first decoder layer */
+    int n_layers;             /* decoder layers on this stage (>= 1 when has_decoder) */
+    int has_embed;            /* token embedding (+ learned positions) here */
+    int has_head;             /* final norm + LM head + loss here */
+    /* encoder and projector */
+    int has_encoder;
+    comm *enc_tp;             /* encoder tensor-parallel group; NULL = size 1 */
+} model_par;
+
+/* The model_par of the single-rank model: everything, no groups. */
+void model_par_single(model_par *p, const model_shape *full);
+
+/* Creates this rank's local model.  Parameters are initialised as model_create would
+ * initialise the FULL model with `seed`, then sliced (so every layout starts from the
+ * single-rank parameters bit for bit).  HERR_CONFIG when the shape cannot be split this
+ * way (the message names the dimension, e.g. "decoder.ffn 96 is not divisible by tp 5"). */
+int model_create_par(model **out, const model_shape *full, const model_par *par,
+                     uint64_t seed, hearth_err *err);
+
+/* A second set of activation buffers on the same parameters and gradients: the caller
+ * runs one in-flight micro batch per clone (pipeline 1F1B, deferred encoder backward).
+ * The clone borrows owner's parameters, gradients and groups; free it with model_free
+ * before the owner. */
+int model_clone(model **out, model *owner, hearth_err *err);
+
+const model_par *model_get_par(const model *m);
+
+/* ---- the encoder (+ projector) ---------------------------------------------------------
+ * Encodes n_images images (grid_thw, pixels as in vlm_batch) into model_img_feat:
+ * one row of decoder width per merged unit, images in the given order.  Activations are
+ * kept in this model object for model_encode_backward (one pending encode per object). */
+int model_encode_forward(model *m, int n_images, const int *grid_thw, const float *pixels,
+                         hearth_err *err);
+/* rows [n_units, decoder hidden]; *n_units set when not NULL.  Valid until the next
+ * encode on this object. */
+float *model_img_feat(model *m, int *n_units);
+/* The gradient of the last encode's output, [n_units, decoder hidden], written by the
+ * caller before model_encode_backward (which reads it). */
+float *model_img_grad(model *m);
+/* Backward of the last encode: accumulates encoder (unless frozen) and projector
+ * gradients. */
+int model_encode_backward(model *m, hearth_err *err);
+
+/* ---- one pipeline stage of the decoder -----------------------------------------------
+ * Forward of micro batch b on this stage.
+ *   has_embed: embeds b->tokens; image-token rows take img (rows in image order,
+ *              n_img_rows of them, decoder hidden; may be NULL when there are none).
+ *   else:      x_in holds the previous stage's output [local tokens, hidden].
+ *   has_head:  computes the loss: stats->loss_sum and n_targets are the whole micro
+ *              batch's (equal on every tp rank), aux_loss this stage's MoE layers'.
+ *   else:      the output is model_stage_output.
+ * The stage keeps its activations for model_stage_backward (one pending micro batch per
+ * object; use clones for more). */
+int model_stage_forward(model *m, const vlm_batch *b, const float *img, int n_img_rows,
+                        const float *x_in, model_stats *stats, hearth_err *err);
+const float *model_stage_output(const model *m, size_t *n_floats);
+/* Backward of the pending micro batch.  has_head: starts from the loss with loss_scale;
+ * else dy is the gradient of this stage's output.  aux_scale weights the MoE loss.
+ * Gradients accumulate into the parameters' gradients.
+ *   has_embed: the gradient of the image rows is written to img_grad (n_img_rows rows,
+ *              NULL when not needed); else model_stage_input_grad is the gradient of
+ *              x_in. */
+int model_stage_backward(model *m, const float *dy, float loss_scale, float aux_scale,
+                         float *img_grad, hearth_err *err);
+const float *model_stage_input_grad(const model *m, size_t *n_floats);
+
+/* Tokens this rank holds in the stage activations for a micro batch of n tokens
+ * (n / tp under sp, else n). */
+int model_local_tokens(const model *m, int n_tokens);
+
+#endif

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -766,6 +767,44 @@ static void test_timeout(void **state)
     expect_all_ok(&h, "timeout");
 }
 
+/* A rank that fails on its own aborts the world: the ranks already waiting in a
+ * collective or a receive, and every later operation (on a group created afterwards too),
+ * fail at once instead of waiting; no timeout is set, so a missed wake-up would hang. */
+static int do_abort(harness *h, int rank, comm *world, hearth_err *err)
+{
+    if (rank == 0) {
+        struct timespec ts = { 0, 50 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+        comm_local_world_abort(h->w);
+        return 0;
+    }
+    float v = 1.f;
+    int rc = rank == 1 ? comm_barrier(world, err)
+                       : comm_recv(world, &v, 1, COMM_F32, 0, 0, err);
+    if (rc != HERR_RUNTIME || !strstr(err->msg, "broken"))
+        return herr_set(err, HERR_RUNTIME, "wait after an abort returned %d: %s", rc,
+                        err->msg);
+    int pair[2] = { 1, 2 };
+    comm *g = NULL;
+    if (rank <= 2) {
+        if ((rc = comm_group_create(world, pair, 2, &g, err)))
+            return rc;
+        rc = comm_allreduce(g, &v, &v, 1, COMM_F32, COMM_SUM, err);
+        comm_free(g);
+        if (rc != HERR_RUNTIME)
+            return herr_set(err, HERR_RUNTIME, "a new group after an abort returned %d", rc);
+    }
+    return 0;
+}
+
+static void test_abort(void **state)
+{
+    (void)state;
+    harness h;
+    run_ranks(&h, 3, do_abort, NULL, 0);
+    expect_all_ok(&h, "abort");
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -806,6 +845,7 @@ int main(void)
         cmocka_unit_test(test_group_subsets),
         cmocka_unit_test(test_mismatch),
         cmocka_unit_test(test_timeout),
+        cmocka_unit_test(test_abort),
         cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests_name("comm_local", tests, setup_seed, NULL);

@@ -85,6 +85,11 @@ int comm_local_world_create(comm_world **out, int n, const comm_local_opts *opts
 /* Rank r's handle on the whole world (group rank == world rank).  Call once per rank,
  * typically from the thread that then uses it; the caller frees it with comm_free. */
 int comm_local_world_rank(comm_world *w, int rank, comm **out, hearth_err *err);
+/* Marks every group of the world (and every group created later) broken and wakes the
+ * ranks waiting in an operation: they, and every later operation, fail at once with
+ * HERR_RUNTIME.  For a rank that failed on its own (not in a collective) so that the
+ * others stop instead of waiting for it.  Thread-safe. */
+void comm_local_world_abort(comm_world *w);
 /* Frees the world and every group's shared state.  Only after every rank's thread has
  * finished using its handles (freeing the handles may come before or after). */
 void comm_local_world_free(comm_world *w);

@@ -55,6 +55,7 @@ struct comm_world {
     int timeout_ms;
     lgroup *world_group;      /* also groups[0]; read without the lock (never moves) */
     pthread_mutex_t mu;       /* guards the group registry (which realloc may move) */
+    int aborted;              /* comm_local_world_abort: groups are born broken */
     lgroup **groups;
     int ngroups, cap;
 };
@@ -171,6 +172,20 @@ int comm_local_world_rank(comm_world *w, int rank, comm **out, hearth_err *err)
     return make_handle(w, w->world_group, rank, out, err);
 }
 
+void comm_local_world_abort(comm_world *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->aborted = 1;
+    for (int i = 0; i < w->ngroups; i++) {
+        lgroup *g = w->groups[i];
+        pthread_mutex_lock(&g->mu);
+        g->broken = 1;
+        pthread_cond_broadcast(&g->cv);
+        pthread_mutex_unlock(&g->mu);
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
 void comm_local_world_free(comm_world *w)
 {
     if (!w)
@@ -227,6 +242,7 @@ static int local_group_create(comm *any, const int *ranks, int n, comm **out, he
             pthread_mutex_unlock(&w->mu);
             return herr_set(err, HERR_NOMEM, "comm_group_create: out of memory");
         }
+        g->broken = w->aborted;
         w->groups[w->ngroups++] = g;
     }
     g->joined[my_index] = 1;
@@ -264,7 +280,8 @@ static int wait_cv(lgroup *g, int timeout_ms, const struct timespec *deadline)
 static int broken_err(const comm *c, const char *what, hearth_err *err)
 {
     return herr_set(err, HERR_RUNTIME,
-                    "%s: rank %d (world rank %d): the group is broken (a rank timed out earlier)",
+                    "%s: rank %d (world rank %d): the group is broken (a rank failed or timed out "
+                    "earlier)",
                     what, c->rank, c->world_ranks[c->rank]);
 }
 

@@ -16,7 +16,19 @@
  *
  * Backward keeps one residual-gradient buffer (sc.dres) and adds each branch's input
  * gradient into it through the norms' backward (which accumulate), so the residual
- * additions cost nothing. */
+ * additions cost nothing.
+ *
+ * Split stacks (model_par.h).  Under tensor parallelism each rank owns whole heads and
+ * whole MLP columns, so attention and the activation need no communication: qkv and
+ * gate_up/fc1 are column-parallel (their input is replicated, their output local), and
+ * proj and down/fc2 are row-parallel (their output is a partial sum, reduced once per
+ * half-block).  Row-parallel biases are added after the reduction, or the sum would
+ * count them tp times.  In the backward the roles swap: the input gradient of a
+ * column-parallel linear is the partial sum.  Sequence parallelism keeps the residual
+ * stream and the norms on N/tp rows per rank: the reduction becomes a reduce-scatter and
+ * the norm output is all-gathered before the column-parallel linears (the same volume
+ * as the allreduce, with the norm work and residual memory divided by tp).  The MoE MLP
+ * is not split by tp (moe.c): it sees the gathered N rows and keeps its own rows. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -135,6 +147,9 @@ void stack_free(stack *st)
 {
     if (!st)
         return;
+    for (int l = 0; st->layers && l < st->L; l++)
+        free(st->layers[l].ep_buf);
+    free(st->sc.ep_buf);
     free(st->layers);
     free(st->xs);
     free(st->fbuf);
@@ -142,21 +157,112 @@ void stack_free(stack *st)
     memset(st, 0, sizeof *st);
 }
 
-/* Carves every activation and scratch buffer for N tokens (see farena). */
-static void stack_take(stack *st, farena *fa, iarena *ia, int N)
+/* ---- tensor / sequence parallel plumbing -------------------------------------------- */
+
+static int tp_on(const stack *st)
+{
+    return st->tp_comm && st->c.tp > 1;
+}
+
+static int sp_on(const stack *st)
+{
+    return st->sp && tp_on(st);
+}
+
+/* Tokens of this rank's residual stream for a micro batch of N. */
+static int local_tokens(const stack *st, int N)
+{
+    return sp_on(st) ? N / st->c.tp : N;
+}
+
+/* This rank's rows of an [N, C] buffer: its slice under sp, else all of it. */
+static float *own_rows(const stack *st, float *full, int Nl, int C)
+{
+    return sp_on(st) ? full + (size_t)st->c.t * Nl * C : full;
+}
+
+/* Under sp: full [N, C] gets every rank's Nl rows, this rank's from loc (which may be
+ * own_rows(full)).  Else the rows are all here: *out = loc. */
+static int rows_gather(stack *st, const float *loc, float *full, int Nl, int C,
+                       const float **out, hearth_err *err)
+{
+    *out = loc;
+    if (!sp_on(st))
+        return 0;
+    *out = full;
+    return comm_all_gather(st->tp_comm, loc, full, (size_t)Nl * C, COMM_F32, err);
+}
+
+/* Partial sums [N, C] over tp -> own_rows(full) holds this rank's summed rows. */
+static int rows_reduce(stack *st, float *full, int N, int Nl, int C, hearth_err *err)
+{
+    if (!tp_on(st))
+        return 0;
+    if (st->sp)
+        return comm_reduce_scatter(st->tp_comm, full, own_rows(st, full, Nl, C),
+                                   (size_t)Nl * C, COMM_F32, COMM_SUM, err);
+    return comm_allreduce(st->tp_comm, full, full, (size_t)N * C, COMM_F32, COMM_SUM, err);
+}
+
+/* Row-parallel linear: own_rows(out) = inp [N, K] . w^T summed over tp, + bias once. */
+static int row_linear_forward(stack *st, float *out, const float *inp, const float *w,
+                              const float *bias, int N, int Nl, int K, int M,
+                              hearth_err *err)
+{
+    if (!tp_on(st)) {
+        kcpu_matmul_forward(out, inp, w, bias, N, K, M);
+        return 0;
+    }
+    kcpu_matmul_forward(out, inp, w, NULL, N, K, M);
+    int rc = rows_reduce(st, out, N, Nl, M, err);
+    if (rc || !bias)
+        return rc;
+    float *o = own_rows(st, out, Nl, M);
+    for (int n = 0; n < Nl; n++)
+        kcpu_accumulate(o + (size_t)n * M, bias, (size_t)M);
+    return 0;
+}
+
+/* Its backward from dy [Nl, M] (this rank's rows of the output gradient): dinp [N, K],
+ * dw, db accumulated.  Under sp the bias sees only the local rows (a partial gradient,
+ * summed over tp by the caller of the stack). */
+static int row_linear_backward(stack *st, float *dinp, float *dw, float *db, const float *dy,
+                               const float *inp, const float *w, int N, int Nl, int K, int M,
+                               hearth_err *err)
+{
+    const float *dyf;
+    int rc = rows_gather(st, dy, st->sc.dgat, Nl, M, &dyf, err);
+    if (rc)
+        return rc;
+    if (!sp_on(st)) {
+        kcpu_matmul_backward(dinp, dw, db, dyf, inp, w, N, K, M);
+        return 0;
+    }
+    kcpu_matmul_backward(dinp, dw, NULL, dyf, inp, w, N, K, M);
+    kcpu_matmul_backward(NULL, NULL, db, dy, NULL, NULL, Nl, K, M);
+    return 0;
+}
+
+/* ---- buffers -------------------------------------------------------------------------
+ * Residual-stream buffers (xs, x1, norm statistics, dres) hold Nl rows; norm outputs
+ * (gathered in place under sp) and everything after them hold N. */
+
+/* Carves every activation and scratch buffer for N tokens, Nl of them local (see
+ * farena). */
+static void stack_take(stack *st, farena *fa, iarena *ia, int N, int Nl)
 {
     const stack_cfg *c = &st->c;
-    size_t n = (size_t)N;
+    size_t n = (size_t)N, nl = (size_t)Nl;
     int qkn = c->s->qk_norm;
     int any_moe = 0, any_dense = 0;
 
     for (int l = 0; l <= st->L; l++)
-        st->xs[l] = fa_take(fa, n * c->H);
+        st->xs[l] = fa_take(fa, nl * c->H);
     for (int l = 0; l < st->L; l++) {
         block *b = &st->layers[l];
         b->h1 = fa_take(fa, n * c->H);
-        b->mean1 = fa_take(fa, n);
-        b->rstd1 = fa_take(fa, n);
+        b->mean1 = fa_take(fa, nl);
+        b->rstd1 = fa_take(fa, nl);
         b->qr = qkn ? fa_take(fa, n * c->QD) : NULL;
         b->kr = qkn ? fa_take(fa, n * c->KD) : NULL;
         b->qrs = qkn ? fa_take(fa, n * c->Hq) : NULL;
@@ -166,10 +272,10 @@ static void stack_take(stack *st, farena *fa, iarena *ia, int N)
         b->v = fa_take(fa, n * c->KD);
         b->att = fa_take(fa, n * c->QD);
         b->lse = fa_take(fa, n * c->Hq);
-        b->x1 = fa_take(fa, n * c->H);
+        b->x1 = fa_take(fa, nl * c->H);
         b->h2 = fa_take(fa, n * c->H);
-        b->mean2 = fa_take(fa, n);
-        b->rstd2 = fa_take(fa, n);
+        b->mean2 = fa_take(fa, nl);
+        b->rstd2 = fa_take(fa, nl);
         if (b->moe) {
             moe_take(c, b, fa, ia, N);
             any_moe = 1;
@@ -181,7 +287,11 @@ static void stack_take(stack *st, farena *fa, iarena *ia, int N)
     }
 
     stack_scratch *sc = &st->sc;
+    float *ep_buf = sc->ep_buf;     /* owned, outlives the carving */
+    size_t ep_cap = sc->ep_cap;
     memset(sc, 0, sizeof *sc);
+    sc->ep_buf = ep_buf;
+    sc->ep_cap = ep_cap;
     sc->qkv = fa_take(fa, n * c->QKV);
     sc->tmp = fa_take(fa, n * c->H);
     sc->dq = fa_take(fa, n * c->QD);
@@ -206,16 +316,21 @@ static void stack_take(stack *st, farena *fa, iarena *ia, int N)
     sc->da = fa_take(fa, n * wa);
     if (any_moe)
         moe_take_scratch(c, sc, fa, N);
-    sc->dres = fa_take(fa, n * c->H);
+    sc->dres = fa_take(fa, nl * c->H);
+    sc->dgat = sp_on(st) ? fa_take(fa, n * c->H) : NULL;
 }
 
 int stack_reserve(stack *st, int N, hearth_err *err)
 {
+    if (sp_on(st) && N % st->c.tp)
+        return herr_set(err, HERR_RUNTIME, "model: %d tokens cannot be split over tp %d "
+                        "(sequence parallel)", N, st->c.tp);
     if (N <= st->cap && st->fbuf)
         return 0;
+    int Nl = local_tokens(st, N);
     farena fa = { NULL, 0 };
     iarena ia = { NULL, 0 };
-    stack_take(st, &fa, &ia, N);
+    stack_take(st, &fa, &ia, N, Nl);
     free(st->fbuf);
     free(st->ibuf);
     st->fbuf = calloc(fa.used ? fa.used : 1, sizeof(float));
@@ -233,22 +348,29 @@ int stack_reserve(stack *st, int N, hearth_err *err)
     fa.used = 0;
     ia.base = st->ibuf;
     ia.used = 0;
-    stack_take(st, &fa, &ia, N);
+    stack_take(st, &fa, &ia, N, Nl);
     st->cap = N;
     return 0;
 }
 
 /* ---- forward ------------------------------------------------------------------------ */
 
-static void attn_forward(const stack_cfg *c, block *b, stack_scratch *sc, const float *x,
-                         const stack_ctx *ctx)
+static int attn_forward(stack *st, block *b, const float *x, const stack_ctx *ctx,
+                        hearth_err *err)
 {
+    const stack_cfg *c = &st->c;
+    stack_scratch *sc = &st->sc;
     const stack_shape *s = c->s;
     const block_params *p = &b->p;
-    int N = ctx->N;
-    norm_forward(s->norm, b->h1, b->mean1, b->rstd1, x, p->attn_norm_w, p->attn_norm_b, N,
+    int N = ctx->N, Nl = ctx->N_local;
+    const float *h1;
+    float *h1l = own_rows(st, b->h1, Nl, c->H);
+    norm_forward(s->norm, h1l, b->mean1, b->rstd1, x, p->attn_norm_w, p->attn_norm_b, Nl,
                  c->H, s->norm_eps);
-    kcpu_matmul_forward(sc->qkv, b->h1, p->qkv_w, p->qkv_b, N, c->H, c->QKV);
+    int rc = rows_gather(st, h1l, b->h1, Nl, c->H, &h1, err);
+    if (rc)
+        return rc;
+    kcpu_matmul_forward(sc->qkv, h1, p->qkv_w, p->qkv_b, N, c->H, c->QKV);
 
     /* Split the fused rows into the contiguous [N, heads, D] arrays attention reads. */
     float *qd = s->qk_norm ? b->qr : b->q;
@@ -271,39 +393,67 @@ static void attn_forward(const stack_cfg *c, block *b, stack_scratch *sc, const 
     int nseq = b->full_attn ? ctx->nseq_full : ctx->nseq;
     kcpu_attention_forward(b->att, b->lse, b->q, b->k, b->v, cu, nseq, c->Hq, c->Hkv, c->D,
                            c->causal);
-    kcpu_matmul_forward(sc->tmp, b->att, p->proj_w, p->proj_b, N, c->QD, c->H);
-    kcpu_add(b->x1, x, sc->tmp, (size_t)N * c->H);
+    if ((rc = row_linear_forward(st, sc->tmp, b->att, p->proj_w, p->proj_b, N, Nl, c->QD,
+                                 c->H, err)))
+        return rc;
+    kcpu_add(b->x1, x, own_rows(st, sc->tmp, Nl, c->H), (size_t)Nl * c->H);
+    return 0;
 }
 
-static double mlp_forward(const stack_cfg *c, block *b, stack_scratch *sc, float *out, int N)
+static int mlp_forward(stack *st, block *b, float *out, const stack_ctx *ctx,
+                       hearth_err *err)
 {
+    const stack_cfg *c = &st->c;
+    stack_scratch *sc = &st->sc;
     const stack_shape *s = c->s;
     const block_params *p = &b->p;
-    double aux = 0;
-    norm_forward(s->norm, b->h2, b->mean2, b->rstd2, b->x1, p->mlp_norm_w, p->mlp_norm_b, N,
+    int N = ctx->N, Nl = ctx->N_local, rc;
+    const float *h2;
+    float *h2l = own_rows(st, b->h2, Nl, c->H);
+    b->aux = 0;
+    norm_forward(s->norm, h2l, b->mean2, b->rstd2, b->x1, p->mlp_norm_w, p->mlp_norm_b, Nl,
                  c->H, s->norm_eps);
+    if ((rc = rows_gather(st, h2l, b->h2, Nl, c->H, &h2, err)))
+        return rc;
     if (b->moe) {
-        aux = moe_forward(c, b, sc, sc->tmp, N);
+        /* Every tp rank runs the whole layer on the N tokens and keeps its own rows. */
+        rc = moe_forward(c, b, sc, st->ep_comm, sc->tmp, N, &b->aux, err);
     } else {
-        kcpu_matmul_forward(b->u, b->h2, p->fc1_w, p->fc1_b, N, c->H, c->Fu);
+        kcpu_matmul_forward(b->u, h2, p->fc1_w, p->fc1_b, N, c->H, c->Fu);
         if (s->mlp == MLP_SWIGLU)
             kcpu_swiglu_forward(b->a, b->u, N, c->F);
         else
             kcpu_gelu_forward(b->a, b->u, (size_t)N * c->F, c->gelu);
-        kcpu_matmul_forward(sc->tmp, b->a, p->fc2_w, p->fc2_b, N, c->F, c->H);
+        rc = row_linear_forward(st, sc->tmp, b->a, p->fc2_w, p->fc2_b, N, Nl, c->F, c->H,
+                                err);
     }
-    kcpu_add(out, b->x1, sc->tmp, (size_t)N * c->H);
-    return aux;
+    if (rc)
+        return rc;
+    kcpu_add(out, b->x1, own_rows(st, sc->tmp, Nl, c->H), (size_t)Nl * c->H);
+    return 0;
+}
+
+static int check_ctx(const stack *st, const stack_ctx *ctx, hearth_err *err)
+{
+    if (ctx->N > st->cap || ctx->N_local != local_tokens(st, ctx->N) ||
+        (sp_on(st) && ctx->N % st->c.tp))
+        return herr_set(err, HERR_RUNTIME, "model: stack called with %d tokens (%d local) "
+                        "but reserved for %d, tp %d, sp %d", ctx->N, ctx->N_local, st->cap,
+                        st->c.tp, st->sp);
+    return 0;
 }
 
 int stack_forward(stack *st, const stack_ctx *ctx, double *aux, hearth_err *err)
 {
-    (void)err;
+    int rc;
     *aux = 0;
+    if ((rc = check_ctx(st, ctx, err)))
+        return rc;
     for (int l = 0; l < st->L; l++) {
         block *b = &st->layers[l];
-        attn_forward(&st->c, b, &st->sc, st->xs[l], ctx);
-        b->aux = mlp_forward(&st->c, b, &st->sc, st->xs[l + 1], ctx->N);
+        if ((rc = attn_forward(st, b, st->xs[l], ctx, err)) ||
+            (rc = mlp_forward(st, b, st->xs[l + 1], ctx, err)))
+            return rc;
         *aux += b->aux;
     }
     return 0;
@@ -311,41 +461,55 @@ int stack_forward(stack *st, const stack_ctx *ctx, double *aux, hearth_err *err)
 
 /* ---- backward ----------------------------------------------------------------------- */
 
-static void mlp_backward(const stack_cfg *c, block *b, stack_scratch *sc, int N,
-                         float aux_scale)
+static int mlp_backward(stack *st, block *b, const stack_ctx *ctx, float aux_scale,
+                        hearth_err *err)
 {
+    const stack_cfg *c = &st->c;
+    stack_scratch *sc = &st->sc;
     const stack_shape *s = c->s;
     const block_params *p = &b->p, *g = &b->g;
+    int N = ctx->N, Nl = ctx->N_local, rc;
     float *dh = sc->tmp;
     zero(dh, (size_t)N * c->H);
     if (b->moe) {
-        moe_backward(c, b, sc, sc->dres, dh, N, aux_scale);
+        /* Not split by tp: the full backward on every rank, no reduction. */
+        const float *dy;
+        if ((rc = rows_gather(st, sc->dres, sc->dgat, Nl, c->H, &dy, err)) ||
+            (rc = moe_backward(c, b, sc, st->ep_comm, dy, dh, N, aux_scale, err)))
+            return rc;
     } else {
         zero(sc->da, (size_t)N * c->F);
-        kcpu_matmul_backward(sc->da, g->fc2_w, g->fc2_b, sc->dres, b->a, p->fc2_w, N, c->F,
-                             c->H);
+        if ((rc = row_linear_backward(st, sc->da, g->fc2_w, g->fc2_b, sc->dres, b->a,
+                                      p->fc2_w, N, Nl, c->F, c->H, err)))
+            return rc;
         zero(sc->du, (size_t)N * c->Fu);
         if (s->mlp == MLP_SWIGLU)
             kcpu_swiglu_backward(sc->du, sc->da, b->u, N, c->F);
         else
             kcpu_gelu_backward(sc->du, sc->da, b->u, (size_t)N * c->F, c->gelu);
         kcpu_matmul_backward(dh, g->fc1_w, g->fc1_b, sc->du, b->h2, p->fc1_w, N, c->H, c->Fu);
+        if ((rc = rows_reduce(st, dh, N, Nl, c->H, err)))
+            return rc;
     }
-    norm_backward(s->norm, sc->dres, g->mlp_norm_w, g->mlp_norm_b, dh, b->x1, p->mlp_norm_w,
-                  b->mean2, b->rstd2, N, c->H);
+    norm_backward(s->norm, sc->dres, g->mlp_norm_w, g->mlp_norm_b, own_rows(st, dh, Nl, c->H),
+                  b->x1, p->mlp_norm_w, b->mean2, b->rstd2, Nl, c->H);
+    return 0;
 }
 
-static void attn_backward(const stack_cfg *c, block *b, stack_scratch *sc, const float *x,
-                          const stack_ctx *ctx)
+static int attn_backward(stack *st, block *b, const float *x, const stack_ctx *ctx,
+                         hearth_err *err)
 {
+    const stack_cfg *c = &st->c;
+    stack_scratch *sc = &st->sc;
     const stack_shape *s = c->s;
     const block_params *p = &b->p, *g = &b->g;
-    int N = ctx->N;
+    int N = ctx->N, Nl = ctx->N_local, rc;
     size_t nq = (size_t)N * c->QD, nk = (size_t)N * c->KD;
 
     zero(sc->datt, nq);
-    kcpu_matmul_backward(sc->datt, g->proj_w, g->proj_b, sc->dres, b->att, p->proj_w, N,
-                         c->QD, c->H);
+    if ((rc = row_linear_backward(st, sc->datt, g->proj_w, g->proj_b, sc->dres, b->att,
+                                  p->proj_w, N, Nl, c->QD, c->H, err)))
+        return rc;
     zero(sc->dq, nq);
     zero(sc->dk, nk);
     zero(sc->dv, nk);
@@ -377,17 +541,23 @@ static void attn_backward(const stack_cfg *c, block *b, stack_scratch *sc, const
     float *dh = sc->tmp;
     zero(dh, (size_t)N * c->H);
     kcpu_matmul_backward(dh, g->qkv_w, g->qkv_b, sc->qkv, b->h1, p->qkv_w, N, c->H, c->QKV);
-    norm_backward(s->norm, sc->dres, g->attn_norm_w, g->attn_norm_b, dh, x, p->attn_norm_w,
-                  b->mean1, b->rstd1, N, c->H);
+    if ((rc = rows_reduce(st, dh, N, Nl, c->H, err)))
+        return rc;
+    norm_backward(s->norm, sc->dres, g->attn_norm_w, g->attn_norm_b, own_rows(st, dh, Nl, c->H),
+                  x, p->attn_norm_w, b->mean1, b->rstd1, Nl, c->H);
+    return 0;
 }
 
 int stack_backward(stack *st, const stack_ctx *ctx, float aux_scale, hearth_err *err)
 {
-    (void)err;
+    int rc;
+    if ((rc = check_ctx(st, ctx, err)))
+        return rc;
     for (int l = st->L - 1; l >= 0; l--) {
         block *b = &st->layers[l];
-        mlp_backward(&st->c, b, &st->sc, ctx->N, aux_scale);
-        attn_backward(&st->c, b, &st->sc, st->xs[l], ctx);
+        if ((rc = mlp_backward(st, b, ctx, aux_scale, err)) ||
+            (rc = attn_backward(st, b, st->xs[l], ctx, err)))
+            return rc;
     }
     return 0;
 }

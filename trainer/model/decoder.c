@@ -1,16 +1,18 @@
-/* decoder.c - the language decoder: embedding, image fill, positions, blocks, final
- * norm, LM head and cross-entropy, forward and backward.
+/* decoder.c - one pipeline stage of the language decoder (model_par.h): embedding, image
+ * fill, positions, blocks, final norm, LM head and cross-entropy, forward and backward.
  *
- * - Embedding: rows of decoder.embed.weight; rows at image-token positions are replaced
- *   by the projector outputs in order (like HF's masked_scatter), so those positions give
- *   the embedding table no gradient.  Learned positions (GPT-2) then add
- *   decoder.pos_embed.weight[i] for the position i in the sequence.
- * - Positions: mrope (model_mrope_positions per sequence), rope (index in the sequence).
- * - Blocks: causal attention within each sequence (block.c).
- * - Head: only rows with a target go through the LM head, in chunks of a fixed number of
- *   rows (HEAD_CHUNK_FLOATS / vocab) so that the logits buffer stays bounded for large
- *   vocabularies.  During training the cross-entropy backward runs chunk by chunk right
- *   after the forward, so no logits outlive their chunk.
+ * - Embedding (has_embed): rows of this rank's vocabulary slice of decoder.embed.weight,
+ *   zeros for tokens outside it, summed over tp (under sp a reduce-scatter keeps this
+ *   rank's rows).  Rows at image-token positions are then replaced by the image rows in
+ *   order (like HF's masked_scatter), so those positions give the embedding table no
+ *   gradient.  Learned positions (GPT-2) add decoder.pos_embed.weight[i] for the position
+ *   i in the sequence.
+ * - Positions: mrope (model_mrope_positions per sequence), rope (index in the sequence),
+ *   for all N tokens on every stage (attention sees every token).
+ * - Blocks: causal attention within each sequence (block.c); the residual stream holds
+ *   the rank's local rows.
+ * - Head (has_head): final norm on the local rows, gathered to all N rows under sp, then
+ *   the vocabulary-parallel head and cross-entropy over rows with a target (head.c).
  * - Objective: loss_scale * sum of token losses + aux_scale * sum of MoE aux losses. */
 #include <stdlib.h>
 #include <string.h>
@@ -21,15 +23,17 @@
 
 static int head_chunk(int vocab)
 {
-    int c = HEAD_CHUNK_FLOATS / vocab;
+    int c = HEAD_CHUNK_FLOATS / (vocab > 0 ? vocab : 1);
     return c < 1 ? 1 : c;
 }
 
 static void take(decoder_part *d, farena *fa, iarena *ia, int N, int chunk)
 {
     const stack_cfg *c = &d->st.c;
-    size_t n = (size_t)N, ch = (size_t)chunk, V = (size_t)d->sh->vocab;
+    size_t n = (size_t)N, ch = (size_t)chunk, V = (size_t)(d->v1 - d->v0);
+    size_t nl = (size_t)(d->sp ? N / d->tp : N);
     d->ids = ia_take(ia, n);
+    d->tgt = ia_take(ia, n);
     d->cu = ia_take(ia, n + 1);
     d->pos3 = ia_take(ia, 3 * n);
     d->pos1 = ia_take(ia, n);
@@ -37,16 +41,24 @@ static void take(decoder_part *d, farena *fa, iarena *ia, int N, int chunk)
     d->tchunk = ia_take(ia, ch);
     d->cos = fa_take(fa, n * (c->D / 2));
     d->sin = fa_take(fa, n * (c->D / 2));
+    d->xg = d->tp > 1 ? fa_take(fa, n * c->H) : NULL;
+    if (!d->has_head) {
+        d->hl = d->hf = d->meanf = d->rstdf = d->dhf = d->dhl = NULL;
+        d->hc = d->dhc = d->logits = d->dlogits = d->losses = d->cmax = NULL;
+        return;
+    }
     d->hf = fa_take(fa, n * c->H);
-    d->meanf = fa_take(fa, n);
-    d->rstdf = fa_take(fa, n);
+    d->hl = d->sp ? fa_take(fa, nl * c->H) : d->hf;
+    d->meanf = fa_take(fa, nl);
+    d->rstdf = fa_take(fa, nl);
     d->dhf = fa_take(fa, n * c->H);
+    d->dhl = d->sp ? fa_take(fa, nl * c->H) : d->dhf;
     d->hc = fa_take(fa, ch * c->H);
     d->dhc = fa_take(fa, ch * c->H);
     d->logits = fa_take(fa, ch * V);
     d->dlogits = fa_take(fa, ch * V);
     d->losses = fa_take(fa, ch);
-    d->dlosses = fa_take(fa, ch);
+    d->cmax = fa_take(fa, ch);
 }
 
 static int reserve(decoder_part *d, int N, hearth_err *err)
@@ -56,7 +68,9 @@ static int reserve(decoder_part *d, int N, hearth_err *err)
         return rc;
     if (N <= d->cap_tokens && d->fbuf)
         return 0;
-    int chunk = head_chunk(d->sh->vocab);
+    /* The same chunk on every tp rank (the cross-entropy's collectives run per chunk):
+     * sized for the largest vocabulary slice. */
+    int chunk = head_chunk((d->sh->vocab + d->tp - 1) / d->tp);
     if (chunk > N)
         chunk = N;
     farena fa = { NULL, 0 };
@@ -64,16 +78,22 @@ static int reserve(decoder_part *d, int N, hearth_err *err)
     take(d, &fa, &ia, N, chunk);
     free(d->fbuf);
     free(d->ibuf);
+    free(d->lse);
     d->fbuf = calloc(fa.used ? fa.used : 1, sizeof(float));
     d->ibuf = calloc(ia.used ? ia.used : 1, sizeof(int));
-    if (!d->fbuf || !d->ibuf) {
+    /* lse [N], then csum [2 chunk] */
+    d->lse = calloc((size_t)N + 2 * (size_t)chunk, sizeof(double));
+    if (!d->fbuf || !d->ibuf || !d->lse) {
         free(d->fbuf);
         free(d->ibuf);
+        free(d->lse);
         d->fbuf = NULL;
         d->ibuf = NULL;
+        d->lse = NULL;
         d->cap_tokens = 0;
         return herr_set(err, HERR_NOMEM, "decoder: out of memory for %d tokens", N);
     }
+    d->csum = d->lse + N;
     fa.base = d->fbuf;
     fa.used = 0;
     ia.base = d->ibuf;
@@ -84,14 +104,17 @@ static int reserve(decoder_part *d, int N, hearth_err *err)
     return 0;
 }
 
-/* Checks token and target ids; returns the number of image tokens or a negative code. */
-static int check_ids(const model *m, const vlm_batch *b, int N, hearth_err *err)
+/* Checks token and target ids and copies them (image tokens as -1); returns the number
+ * of image tokens or a negative code. */
+static int take_ids(model *m, const vlm_batch *b, int N, hearth_err *err)
 {
-    const decoder_shape *ds = m->dec.sh;
+    decoder_part *d = &m->dec;
+    const decoder_shape *ds = d->sh;
+    int img = m->shape.encoder.present ? ds->image_token_id : -1;   /* tokens are >= 0 */
     int images = 0;
     for (int i = 0; i < N; i++) {
         int t = b->tokens[i], y = b->targets[i];
-        if (m->enc.present && t == ds->image_token_id)
+        if (t == img && img >= 0)
             images++;
         else if (t < 0 || t >= ds->vocab)
             return herr_set(err, HERR_RUNTIME, "decoder: token %d at position %d is outside "
@@ -100,10 +123,14 @@ static int check_ids(const model *m, const vlm_batch *b, int N, hearth_err *err)
             return herr_set(err, HERR_RUNTIME, "decoder: target %d at position %d is "
                             "outside the vocabulary [0, %d) and not -1", y, i, ds->vocab);
     }
+    for (int i = 0; i < N; i++) {
+        d->ids[i] = img >= 0 && b->tokens[i] == img ? -1 : b->tokens[i];
+        d->tgt[i] = b->targets[i];
+    }
     return images;
 }
 
-/* Fills the RoPE tables for this batch (or checks learned positions fit). */
+/* Fills the RoPE tables of all N tokens (or checks learned positions fit). */
 static int positions(model *m, const vlm_batch *b, hearth_err *err)
 {
     decoder_part *d = &m->dec;
@@ -123,8 +150,9 @@ static int positions(model *m, const vlm_batch *b, hearth_err *err)
         return 0;
     }
     /* mrope */
-    int img = m->enc.present ? d->sh->image_token_id : -1;  /* tokens are >= 0 */
-    int merge = m->enc.present ? m->enc.sh->spatial_merge : 1;
+    const encoder_shape *es = &m->shape.encoder;
+    int img = es->present ? d->sh->image_token_id : -1;   /* tokens are >= 0 */
+    int merge = es->present ? es->spatial_merge : 1;
     int cursor = 0;
     for (int sq = 0; sq < b->n_seq; sq++) {
         int rc = model_mrope_positions(d->pos3, b->tokens + (size_t)sq * S, S, img,
@@ -141,47 +169,86 @@ static int positions(model *m, const vlm_batch *b, hearth_err *err)
     return 0;
 }
 
-int decoder_run(model *m, const vlm_batch *b, int train, float loss_scale, float aux_scale,
-                int need_dimg, model_stats *st, hearth_err *err)
+/* Stage input of the embedding stage: st->xs[0] (local rows). */
+static int embed_forward(decoder_part *d, const float *img, hearth_err *err)
+{
+    int N = d->n_tokens, NL = d->n_local, r0 = d->row0, H = d->st.c.H, S = d->seq_len;
+    float *x = d->st.xs[0];
+    float *part = d->tp > 1 ? d->xg : x;
+    size_t row = (size_t)H * sizeof(float);
+    for (int i = 0; i < N; i++) {
+        int id = d->ids[i];
+        if (id >= d->v0 && id < d->v1)
+            memcpy(part + (size_t)i * H, d->embed_w + (size_t)(id - d->v0) * H, row);
+        else
+            memset(part + (size_t)i * H, 0, row);
+    }
+    int rc = 0;
+    if (d->tp > 1)
+        rc = d->sp ? comm_reduce_scatter(d->tp_comm, part, x, (size_t)NL * H, COMM_F32,
+                                         COMM_SUM, err)
+                   : comm_allreduce(d->tp_comm, part, x, (size_t)N * H, COMM_F32, COMM_SUM,
+                                    err);
+    if (rc)
+        return herr_prefix(err, rc, "decoder: embedding");
+    for (int i = 0, k = 0; i < N; i++) {
+        if (d->ids[i] != -1)
+            continue;
+        if (i >= r0 && i < r0 + NL)
+            memcpy(x + (size_t)(i - r0) * H, img + (size_t)k * H, row);
+        k++;
+    }
+    if (d->pos_w)
+        for (int i = 0; i < NL; i++)
+            kcpu_accumulate(x + (size_t)i * H, d->pos_w + (size_t)((r0 + i) % S) * H,
+                            (size_t)H);
+    return 0;
+}
+
+int model_stage_forward(model *m, const vlm_batch *b, const float *img, int n_img_rows,
+                        const float *x_in, model_stats *stats, hearth_err *err)
 {
     decoder_part *d = &m->dec;
-    const decoder_shape *ds = d->sh;
     stack *sk = &d->st;
     const stack_cfg *c = &sk->c;
-    int S = b->seq_len, H = c->H, V = ds->vocab;
-    if ((long)b->n_seq * S > (1L << 28))
+    if (stats)
+        memset(stats, 0, sizeof *stats);
+    d->pending = 0;
+    if (!d->present)
+        return herr_set(err, HERR_RUNTIME, "model: this model holds no decoder stage");
+    if (!b || b->n_seq < 1 || b->seq_len < 1 || !b->tokens || !b->targets)
+        return herr_set(err, HERR_RUNTIME, "model: empty batch");
+    if ((long)b->n_seq * b->seq_len > (1L << 28))
         return herr_set(err, HERR_RUNTIME, "decoder: batch too large");
-    int N = b->n_seq * S;
-
-    int n_img = check_ids(m, b, N, err);
-    if (n_img < 0)
-        return n_img;
-    if (n_img != m->enc.n_units)
-        return herr_set(err, HERR_RUNTIME, "decoder: the text has %d image tokens but the "
-                        "%d images give %d", n_img, b->n_images, m->enc.n_units);
+    int S = b->seq_len, N = b->n_seq * S, H = c->H;
+    if (d->sp && N % d->tp)
+        return herr_set(err, HERR_RUNTIME, "decoder: sequence parallel needs the %d tokens "
+                        "of a micro batch to be divisible by tp %d", N, d->tp);
+    if (!d->has_embed && !x_in)
+        return herr_set(err, HERR_RUNTIME, "decoder: a stage without the embedding needs "
+                        "its input");
     int rc = reserve(d, N, err);
     if (rc)
         return rc;
+    int n_img = take_ids(m, b, N, err);
+    if (n_img < 0)
+        return n_img;
+    if (d->has_embed && (n_img != n_img_rows || (n_img > 0 && !img)))
+        return herr_set(err, HERR_RUNTIME, "decoder: the text has %d image tokens but %d "
+                        "image rows are given", n_img, img ? n_img_rows : 0);
     d->n_tokens = N;
+    d->n_local = model_local_tokens(m, N);
+    d->row0 = d->sp ? d->t * d->n_local : 0;
+    d->seq_len = S;
     if ((rc = positions(m, b, err)))
         return rc;
 
-    /* Embedding, image fill, learned positions. */
-    int img = m->enc.present ? ds->image_token_id : -1;
-    for (int i = 0; i < N; i++)
-        d->ids[i] = b->tokens[i] == img ? 0 : b->tokens[i];
-    float *x = sk->xs[0];
-    kcpu_embedding_forward(x, d->ids, d->embed_w, N, H);
-    if (n_img > 0) {
-        int k = 0;
-        for (int i = 0; i < N; i++)
-            if (b->tokens[i] == img)
-                memcpy(x + (size_t)i * H, m->img_feat + (size_t)k++ * H,
-                       (size_t)H * sizeof(float));
+    if (d->has_embed) {
+        if ((rc = embed_forward(d, img, err)))
+            return rc;
+    } else {
+        memcpy(sk->xs[0], x_in, (size_t)d->n_local * H * sizeof(float));
     }
-    if (d->pos_w)
-        for (int i = 0; i < N; i++)
-            kcpu_accumulate(x + (size_t)i * H, d->pos_w + (size_t)(i % S) * H, (size_t)H);
 
     /* Pinned MoE routing (model_pin_routing) applies to batches of the same size. */
     size_t per = (size_t)N * c->K, n_moe = 0;
@@ -194,78 +261,129 @@ int decoder_run(model *m, const vlm_batch *b, int train, float loss_scale, float
     for (int sq = 0; sq <= b->n_seq; sq++)
         d->cu[sq] = sq * S;
     d->ctx = (stack_ctx){
-        .N = N, .N_local = N, .cos = c->rope ? d->cos : NULL, .sin = c->rope ? d->sin : NULL,
-        .cu = d->cu, .nseq = b->n_seq, .cu_full = d->cu, .nseq_full = b->n_seq,
+        .N = N, .N_local = d->n_local, .cos = c->rope ? d->cos : NULL,
+        .sin = c->rope ? d->sin : NULL, .cu = d->cu, .nseq = b->n_seq, .cu_full = d->cu,
+        .nseq_full = b->n_seq,
     };
-    double aux = 0;
+    double aux = 0, loss = 0;
     if ((rc = stack_forward(sk, &d->ctx, &aux, err)))
         return rc;
-    const float *xL = sk->xs[sk->L];
-    norm_forward(ds->s.norm, d->hf, d->meanf, d->rstdf, xL, d->norm_w, d->norm_b, N, H,
-                 ds->s.norm_eps);
-
-    /* Head and loss over the rows that have a target. */
-    int nt = 0;
-    for (int i = 0; i < N; i++)
-        if (b->targets[i] != -1)
-            d->trow[nt++] = i;
-    if (train)
-        memset(d->dhf, 0, (size_t)N * H * sizeof(float));
-    double loss = 0;
-    int chunk = head_chunk(V);
-    for (int r0 = 0; r0 < nt; r0 += chunk) {
-        int n = nt - r0 < chunk ? nt - r0 : chunk;
-        for (int r = 0; r < n; r++) {
-            int i = d->trow[r0 + r];
-            memcpy(d->hc + (size_t)r * H, d->hf + (size_t)i * H, (size_t)H * sizeof(float));
-            d->tchunk[r] = b->targets[i];
-        }
-        kcpu_matmul_forward(d->logits, d->hc, d->head_w, NULL, n, H, V);
-        kcpu_crossentropy_forward(d->losses, d->logits, d->tchunk, n, V, -1);
-        for (int r = 0; r < n; r++)
-            loss += d->losses[r];
-        if (!train)
-            continue;
-        for (int r = 0; r < n; r++)
-            d->dlosses[r] = loss_scale;
-        memset(d->dlogits, 0, (size_t)n * V * sizeof(float));
-        kcpu_crossentropy_backward(d->dlogits, d->logits, d->tchunk, d->dlosses, n, V, -1);
-        memset(d->dhc, 0, (size_t)n * H * sizeof(float));
-        kcpu_matmul_backward(d->dhc, d->head_gw, NULL, d->dlogits, d->hc, d->head_w, n, H, V);
-        for (int r = 0; r < n; r++)
-            memcpy(d->dhf + (size_t)d->trow[r0 + r] * H, d->dhc + (size_t)r * H,
-                   (size_t)H * sizeof(float));
+    d->n_targets = 0;
+    if (d->has_head) {
+        const decoder_shape *ds = d->sh;
+        norm_forward(ds->s.norm, d->hl, d->meanf, d->rstdf, sk->xs[sk->L], d->norm_w,
+                     d->norm_b, d->n_local, H, ds->s.norm_eps);
+        if (d->sp && (rc = comm_all_gather(d->tp_comm, d->hl, d->hf, (size_t)d->n_local * H,
+                                           COMM_F32, err)))
+            return herr_prefix(err, rc, "decoder: final norm");
+        int nt = 0;
+        for (int i = 0; i < N; i++)
+            if (d->tgt[i] != -1)
+                d->trow[nt++] = i;
+        d->n_targets = nt;
+        if ((rc = head_forward(d, &loss, err)))
+            return rc;
     }
-    st->loss_sum = loss;
-    st->n_targets = nt;
-    st->aux_loss = aux;
+    if (stats) {
+        stats->loss_sum = loss;
+        stats->n_targets = d->n_targets;
+        stats->aux_loss = aux;
+    }
+    d->pending = 1;
+    return 0;
+}
 
-    /* Backward: nothing to do when the decoder is frozen and no projector waits. */
-    if (!train || (ds->s.freeze && !need_dimg))
-        return 0;
-    float *dres = sk->sc.dres;
-    memset(dres, 0, (size_t)N * H * sizeof(float));
-    norm_backward(ds->s.norm, dres, d->norm_gw, d->norm_gb, d->dhf, xL, d->norm_w, d->meanf,
-                  d->rstdf, N, H);
-    if ((rc = stack_backward(sk, &d->ctx, aux_scale, err)))
-        return rc;
+const float *model_stage_output(const model *m, size_t *n_floats)
+{
+    const decoder_part *d = &m->dec;
+    if (n_floats)
+        *n_floats = (size_t)d->n_local * d->st.c.H;
+    return d->st.xs ? d->st.xs[d->st.L] : NULL;
+}
+
+const float *model_stage_input_grad(const model *m, size_t *n_floats)
+{
+    const decoder_part *d = &m->dec;
+    if (n_floats)
+        *n_floats = (size_t)d->n_local * d->st.c.H;
+    return d->st.sc.dres;
+}
+
+int model_local_tokens(const model *m, int n_tokens)
+{
+    const decoder_part *d = &m->dec;
+    return d->sp ? n_tokens / d->tp : n_tokens;
+}
+
+/* Embedding-stage backward from st->sc.dres: learned positions, image rows, embedding
+ * table.  Under sp the local rows are gathered first: the vocabulary slice of every rank
+ * and the image rows need every token's gradient. */
+static int embed_backward(decoder_part *d, float *img_grad, hearth_err *err)
+{
+    int N = d->n_tokens, H = d->st.c.H, S = d->seq_len;
+    const float *g = d->st.sc.dres;
+    if (d->sp) {
+        int rc = comm_all_gather(d->tp_comm, g, d->xg, (size_t)d->n_local * H, COMM_F32,
+                                 err);
+        if (rc)
+            return herr_prefix(err, rc, "decoder: embedding backward");
+        g = d->xg;
+    }
     if (d->pos_gw)
         for (int i = 0; i < N; i++)
-            kcpu_accumulate(d->pos_gw + (size_t)(i % S) * H, dres + (size_t)i * H, (size_t)H);
-    if (n_img > 0) {
-        /* Image rows feed the projector, not the embedding table. */
-        int k = 0;
-        for (int i = 0; i < N; i++) {
-            if (b->tokens[i] != img)
-                continue;
-            if (need_dimg)
-                memcpy(m->dimg_feat + (size_t)k * H, dres + (size_t)i * H,
-                       (size_t)H * sizeof(float));
-            k++;
-            memset(dres + (size_t)i * H, 0, (size_t)H * sizeof(float));
-        }
+            kcpu_accumulate(d->pos_gw + (size_t)(i % S) * H, g + (size_t)i * H, (size_t)H);
+    for (int i = 0, k = 0; i < N; i++) {
+        if (d->ids[i] != -1)
+            continue;
+        if (img_grad)
+            memcpy(img_grad + (size_t)k * H, g + (size_t)i * H, (size_t)H * sizeof(float));
+        k++;
     }
+    /* Token order per row of the table, as kcpu_embedding_backward. */
     if (d->embed_gw)
-        kcpu_embedding_backward(d->embed_gw, dres, d->ids, N, H);
+        for (int i = 0; i < N; i++) {
+            int id = d->ids[i];
+            if (id >= d->v0 && id < d->v1)
+                kcpu_accumulate(d->embed_gw + (size_t)(id - d->v0) * H, g + (size_t)i * H,
+                                (size_t)H);
+        }
+    return 0;
+}
+
+int model_stage_backward(model *m, const float *dy, float loss_scale, float aux_scale,
+                         float *img_grad, hearth_err *err)
+{
+    decoder_part *d = &m->dec;
+    stack *sk = &d->st;
+    int H = sk->c.H, NL = d->n_local, rc;
+    if (!d->present || !d->pending)
+        return herr_set(err, HERR_RUNTIME, "model: no pending stage forward to go back "
+                        "through");
+    if (!d->has_head && !dy)
+        return herr_set(err, HERR_RUNTIME, "decoder: a stage without the head needs the "
+                        "gradient of its output");
+    d->pending = 0;
+    float *dres = sk->sc.dres;
+    if (d->has_head) {
+        if ((rc = head_backward(d, loss_scale, err)))
+            return rc;
+        if (d->tp > 1) {
+            rc = d->sp ? comm_reduce_scatter(d->tp_comm, d->dhf, d->dhl, (size_t)NL * H,
+                                             COMM_F32, COMM_SUM, err)
+                       : comm_allreduce(d->tp_comm, d->dhf, d->dhf,
+                                        (size_t)d->n_tokens * H, COMM_F32, COMM_SUM, err);
+            if (rc)
+                return herr_prefix(err, rc, "decoder: head backward");
+        }
+        memset(dres, 0, (size_t)NL * H * sizeof(float));
+        norm_backward(d->sh->s.norm, dres, d->norm_gw, d->norm_gb, d->dhl, sk->xs[sk->L],
+                      d->norm_w, d->meanf, d->rstdf, NL, H);
+    } else {
+        memcpy(dres, dy, (size_t)NL * H * sizeof(float));
+    }
+    if ((rc = stack_backward(sk, &d->ctx, aux_scale, err)))
+        return rc;
+    if (d->has_embed)
+        return embed_backward(d, img_grad, err);
     return 0;
 }

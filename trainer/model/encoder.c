@@ -58,14 +58,15 @@ static int reserve(model *m, int P, int U, hearth_err *err)
     return 0;
 }
 
-int encoder_forward(model *m, const vlm_batch *b, hearth_err *err)
+int encoder_forward(model *m, int n_images, const int *grid_thw, const float *pixels,
+                    hearth_err *err)
 {
     encoder_part *e = &m->enc;
     const encoder_shape *es = e->sh;
     int merge = es->spatial_merge, m2 = merge * merge;
     long P = 0, U = 0;
-    for (int i = 0; i < b->n_images; i++) {
-        const int *g = b->grid_thw + 3 * i;
+    for (int i = 0; i < n_images; i++) {
+        const int *g = grid_thw + 3 * i;
         if (g[0] < 1 || g[1] < 1 || g[2] < 1 || g[1] % merge || g[2] % merge)
             return herr_set(err, HERR_RUNTIME, "encoder: image %d has grid %dx%dx%d; need "
                             "positive sizes with h and w multiples of spatial_merge %d", i,
@@ -78,17 +79,16 @@ int encoder_forward(model *m, const vlm_batch *b, hearth_err *err)
     int rc = reserve(m, (int)P, (int)U, err);
     if (rc)
         return rc;
-    e->n_images = b->n_images;
+    e->n_images = n_images;
     e->n_patches = (int)P;
     e->n_units = (int)U;
-    e->n_windows = vit_window_index(e->win_idx, e->cu_win, b->grid_thw, b->n_images, merge,
-                                    e->ws);
-    e->n_frames = vit_frame_seqlens(e->cu_frame, b->grid_thw, b->n_images);
+    e->n_windows = vit_window_index(e->win_idx, e->cu_win, grid_thw, n_images, merge, e->ws);
+    e->n_frames = vit_frame_seqlens(e->cu_frame, grid_thw, n_images);
 
     /* Top-left patch (row, column) of every unit, original order. */
     int u = 0;
-    for (int i = 0; i < b->n_images; i++) {
-        const int *g = b->grid_thw + 3 * i;
+    for (int i = 0; i < n_images; i++) {
+        const int *g = grid_thw + 3 * i;
         for (int t = 0; t < g[0]; t++)
             for (int hb = 0; hb < g[1] / merge; hb++)
                 for (int wb = 0; wb < g[2] / merge; wb++, u++) {
@@ -100,7 +100,7 @@ int encoder_forward(model *m, const vlm_batch *b, hearth_err *err)
     size_t unit_floats = (size_t)m2 * e->patch_dim;
     for (u = 0; u < U; u++) {
         int src = e->win_idx[u];
-        memcpy(e->pix + (size_t)u * unit_floats, b->pixels + (size_t)src * unit_floats,
+        memcpy(e->pix + (size_t)u * unit_floats, pixels + (size_t)src * unit_floats,
                unit_floats * sizeof(float));
         for (int mh = 0; mh < merge; mh++)
             for (int mw = 0; mw < merge; mw++) {
@@ -139,4 +139,39 @@ int encoder_backward(model *m, hearth_err *err)
     kcpu_matmul_backward(NULL, e->patch_gw, NULL, e->st.sc.dres, e->pix, e->patch_w,
                          e->n_patches, e->patch_dim, e->st.c.H);
     return 0;
+}
+
+/* ---- the encoder API (model_par.h) ------------------------------------------------------ */
+
+int model_encode_forward(model *m, int n_images, const int *grid_thw, const float *pixels,
+                         hearth_err *err)
+{
+    m->enc.n_units = 0;
+    if (!m->enc.present)
+        return herr_set(err, HERR_RUNTIME, "model: this model holds no vision encoder");
+    if (n_images < 0 || (n_images > 0 && (!grid_thw || !pixels)))
+        return herr_set(err, HERR_RUNTIME, "model: %d images without grids or pixels",
+                        n_images);
+    if (n_images == 0)
+        return 0;
+    return encoder_forward(m, n_images, grid_thw, pixels, err);
+}
+
+float *model_img_feat(model *m, int *n_units)
+{
+    if (n_units)
+        *n_units = m->enc.n_units;
+    return m->img_feat;
+}
+
+float *model_img_grad(model *m)
+{
+    return m->dimg_feat;
+}
+
+int model_encode_backward(model *m, hearth_err *err)
+{
+    if (!m->enc.present || m->enc.n_units == 0)
+        return 0;
+    return encoder_backward(m, err);
 }

@@ -4,12 +4,17 @@
  * on their own (the ViT window index, the projector output m->img_feat).
  *
  * Layout of the work:
- *   model.c      lifecycle, parameter table, initialisation, forward/backward driver
+ *   model.c      lifecycle (single-rank, local models of one rank, clones), the
+ *                single-rank forward/backward composed of the encoder and stage APIs
+ *   model_reg.c  the parameter table: tensors, shards, initialisation
  *   block.c      one transformer block (encoder and decoder alike) and a stack of them
  *   moe.c        the mixture-of-experts MLP of a block
- *   encoder.c    ViT: patch embedding, window reordering, 2-D RoPE, the encoder stack
+ *   encoder.c    ViT: patch embedding, window reordering, 2-D RoPE, the encoder stack;
+ *                the encoder API of model_par.h
  *   projector.c  patch merger
- *   decoder.c    embedding, image fill, positions, decoder stack, final norm, head, loss
+ *   decoder.c    a decoder pipeline stage: embedding, image fill, positions, decoder
+ *                stack, final norm (model_stage_* of model_par.h)
+ *   head.c       the vocabulary-parallel LM head and cross-entropy
  *   positions.c  mRoPE positions, the ViT window index
  */
 #ifndef HEARTH_MODEL_INTERNAL_H
@@ -21,6 +26,7 @@
 #include "comm/comm.h"
 #include "kernels.h"
 #include "model/model.h"
+#include "model/model_par.h"
 
 /* ---- bump allocation of activation buffers ------------------------------------------
  * Buffers are carved from one allocation in two passes: a sizing pass with base == NULL
@@ -107,6 +113,14 @@ typedef struct {
     float *us, *as;                 /* MoE shared expert: gate|up, act */
     const int *pin;                 /* MoE: pinned top-k experts [N, K], or NULL */
     double aux;                     /* MoE load-balancing loss of the last forward */
+    /* MoE under expert parallelism (ep > 1): rows received for the local experts */
+    int *ep_cnt;                    /* [2E]: rows sent per expert, then rows received
+                                       from ep rank j for local expert i at E + j El + i */
+    int *ep_off;                    /* [El + 1]: received rows grouped by local expert */
+    int ep_rows;                    /* rows received (sum of the received counts) */
+    float *xr, *ur, *ar;            /* received rows: input, gate|up, act (in ep_buf) */
+    float *ep_buf;                  /* owned, grown on demand (ep_cap floats) */
+    size_t ep_cap;
 } block;
 
 /* Backward scratch shared by the blocks of a stack (sized for the largest layer). */
@@ -117,7 +131,10 @@ typedef struct {
     float *du, *da;         /* dense / shared-expert MLP gradients */
     float *dye, *dae, *due, *dxp, *dtopk, *dlogits;   /* MoE */
     float *shared_out;      /* MoE: [N, H] shared-expert output before it is added */
-    float *dres;            /* [N, H]: gradient of the residual stream */
+    float *dres;            /* [N_local, H]: gradient of the residual stream */
+    float *dgat;            /* sp: [N, H] dres gathered over tp (else NULL) */
+    float *ep_buf;          /* MoE under ep: exchange scratch, owned, grown on demand */
+    size_t ep_cap;
 } stack_scratch;
 
 typedef struct {
@@ -169,11 +186,14 @@ int stack_forward(stack *st, const stack_ctx *ctx, double *aux, hearth_err *err)
  * Parameter gradients go where the blocks' g pointers say (none when NULL). */
 int stack_backward(stack *st, const stack_ctx *ctx, float aux_scale, hearth_err *err);
 
-/* The MoE MLP of one block on h = blk->h2: out [N, H] (overwritten); returns aux. */
-double moe_forward(const stack_cfg *c, block *blk, stack_scratch *sc, float *out, int N);
+/* The MoE MLP of one block on h = blk->h2: out [N, H] (overwritten); *aux gets the
+ * load-balancing loss.  ep: the expert-parallel group when c->ep > 1 (else unused).
+ * Fails only when a collective or an allocation fails. */
+int moe_forward(const stack_cfg *c, block *blk, stack_scratch *sc, comm *ep, float *out,
+                int N, double *aux, hearth_err *err);
 /* dout [N, H] -> dh [N, H] (accumulated), parameter gradients into blk->g. */
-void moe_backward(const stack_cfg *c, block *blk, stack_scratch *sc, const float *dout,
-                  float *dh, int N, float aux_scale);
+int moe_backward(const stack_cfg *c, block *blk, stack_scratch *sc, comm *ep,
+                 const float *dout, float *dh, int N, float aux_scale, hearth_err *err);
 /* Floats/ints the MoE layer and its scratch take for N tokens (sizing, see block.c). */
 void moe_take(const stack_cfg *c, block *blk, farena *fa, iarena *ia, int N);
 void moe_take_scratch(const stack_cfg *c, stack_scratch *sc, farena *fa, int N);
@@ -233,26 +253,43 @@ typedef struct {
 } projector_part;
 
 typedef struct {
+    int present;                    /* this rank holds decoder layers (model_par.has_decoder) */
     const decoder_shape *sh;
     stack st;
-    float *embed_w, *embed_gw;      /* [vocab, H] */
+    /* The split of this rank (model_par.h): tp group size and rank, local vocabulary rows
+     * [v0, v1) of the embedding and head, sequence parallel. */
+    comm *tp_comm;
+    int tp, t, sp, v0, v1;
+    int has_embed, has_head;
+    float *embed_w, *embed_gw;      /* [v1 - v0, H] */
     float *pos_w, *pos_gw;          /* learned: [max_positions, H] */
     float *norm_w, *norm_b, *norm_gw, *norm_gb;
-    float *head_w, *head_gw;        /* the embedding when tied */
+    float *head_w, *head_gw;        /* the embedding (or its last-stage copy) when tied */
     int cap_tokens, cap_chunk;
-    int n_tokens;                   /* of the last forward */
+    /* the pending micro batch (model_stage_forward -> model_stage_backward) */
+    int pending;
+    int n_tokens, n_local, row0;    /* N, local rows, first local row */
+    int seq_len, n_targets, n_chunks;
     stack_ctx ctx;
-    int *ids, *cu, *pos3, *pos1, *trow, *tchunk;
+    int *ids;                       /* [N] token ids, -1 at image tokens */
+    int *tgt;                       /* [N] targets */
+    int *cu, *pos3, *pos1, *trow, *tchunk;
     float *cos, *sin;               /* [N, D/2] */
-    float *hf, *meanf, *rstdf;      /* final norm output and statistics */
-    float *dhf;                     /* [N, H] */
-    float *hc, *logits, *dlogits, *dhc, *losses, *dlosses;   /* head chunk buffers */
+    float *xg;                      /* [N, H]: partial embeddings, gathered gradients */
+    float *hl, *hf, *meanf, *rstdf; /* final norm output (local rows, gathered), stats */
+    float *dhf, *dhl;               /* [N, H] head input gradient, its local rows */
+    float *hc, *logits, *dlogits, *dhc, *losses;   /* head chunk buffers */
+    float *cmax;                    /* [chunk] row maxima */
+    double *lse;                    /* [N] log-sum-exp of every target row */
+    double *csum;                   /* [2 chunk] sums of exponentials, target logits */
     float *fbuf;
     int *ibuf;
 } decoder_part;
 
 struct model {
     model_shape shape;
+    model_par par;
+    model *owner;                   /* model_clone: the model whose arrays are borrowed */
     size_t n_params;
     float *params, *grads;
     model_tensor *tensors;
@@ -266,10 +303,11 @@ struct model {
     size_t n_pin;
 };
 
-/* Encoder + projector forward from the batch's pixels into m->img_feat (m->enc.n_units
- * rows, original image order); backward from m->dimg_feat.  The encoder backward is
- * skipped when it is frozen (the projector still trains). */
-int encoder_forward(model *m, const vlm_batch *b, hearth_err *err);
+/* Encoder + projector forward of n_images images into m->img_feat (m->enc.n_units rows,
+ * original image order); backward from m->dimg_feat.  The encoder backward is skipped
+ * when it is frozen (the projector still trains). */
+int encoder_forward(model *m, int n_images, const int *grid_thw, const float *pixels,
+                    hearth_err *err);
 int encoder_backward(model *m, hearth_err *err);
 /* Projector on x [U * merge^2, in / merge^2] (encoder output, window order): y_orig
  * [U, out] in the original unit order (row win_idx[u] gets window unit u).  The backward
@@ -280,9 +318,18 @@ void projector_forward(projector_part *pj, const float *x, float *y_orig, const 
                        int n_units);
 void projector_backward(projector_part *pj, const float *x, const float *dy_orig,
                         float *dx, const int *win_idx, int n_units);
-/* Decoder forward (and, when train, the loss backward through the whole decoder into
- * the embeddings and m->dimg_feat). */
-int decoder_run(model *m, const vlm_batch *b, int train, float loss_scale, float aux_scale,
-                int need_dimg, model_stats *st, hearth_err *err);
+
+/* The parameter table (model_reg.c): builds m->tensors, m->params, m->grads for the
+ * parts set up in m (values as the full model from `seed` would have them, sliced), or,
+ * for a clone whose arrays are its owner's, only points the parts into them. */
+int model_reg_build(model *m, uint64_t seed, hearth_err *err);
+void model_reg_bind(model *m);
+
+/* The vocabulary-parallel LM head and cross-entropy (head.c) over the pending micro
+ * batch's target rows of d->hf: forward returns the loss sum (identical on every tp rank)
+ * and keeps what the backward needs; the backward writes d->dhf (partial over tp, zero
+ * outside target rows) and accumulates the head's gradient. */
+int head_forward(decoder_part *d, double *loss, hearth_err *err);
+int head_backward(decoder_part *d, float loss_scale, hearth_err *err);
 
 #endif

@@ -1,226 +1,11 @@
-/* model.c - model lifecycle, the parameter table and its initialisation, and the
- * forward/backward driver (encoder -> projector -> decoder -> back). */
-#include <math.h>
-#include <stdarg.h>
-#include <stdio.h>
+/* model.c - model lifecycle (single-rank and local models of one rank, clones) and the
+ * single-rank forward/backward, composed of the encoder and decoder-stage APIs
+ * (model_par.h) on the model of model_par_single. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "model/internal.h"
-#include "model/model_shard.h"
-#include "model/rng.h"
-
-#define INIT_STD 0.02
-#define INIT_CHUNK 65536  /* elements per random stream (see reg) */
-
-/* ---- parameter registration ----------------------------------------------------------
- * The table is built by running the same registration code twice: pass 0 only counts
- * tensors and floats; then the flat arrays are allocated; pass 1 fills the table,
- * initialises every tensor and hands out pointers into the parameter and gradient arrays.
- * Keeping one code path for both passes makes the layout impossible to get out of step. */
-
-typedef enum { INIT_NORMAL = 0, INIT_ONES = 1, INIT_ZEROS = 2 } init_kind;
-
-typedef struct {
-    model *m;
-    int pass;
-    int count;
-    size_t offset;
-    uint64_t seed;
-    int frozen;     /* the component being registered is frozen */
-} reg_ctx;
-
-/* Registers one tensor; returns its parameter pointer (NULL in pass 0) and stores its
- * gradient pointer in *grad (NULL in pass 0 and for frozen components). */
-static float *reg(reg_ctx *r, float **grad, init_kind init, double std, int ndim,
-                  const int64_t *dims, const char *fmt, ...)
-    __attribute__((format(printf, 7, 8)));
-
-static float *reg(reg_ctx *r, float **grad, init_kind init, double std, int ndim,
-                  const int64_t *dims, const char *fmt, ...)
-{
-    size_t numel = 1;
-    for (int i = 0; i < ndim; i++)
-        numel *= (size_t)dims[i];
-    size_t off = r->offset;
-    r->offset += numel;
-    int idx = r->count++;
-    if (grad)
-        *grad = NULL;
-    if (r->pass == 0)
-        return NULL;
-
-    model *m = r->m;
-    model_tensor *t = &m->tensors[idx];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(t->name, sizeof t->name, fmt, ap);
-    va_end(ap);
-    t->offset = off;
-    t->numel = numel;
-    t->ndim = ndim;
-    for (int i = 0; i < 4; i++)
-        t->dims[i] = i < ndim ? dims[i] : 1;
-    t->decay = ndim >= 2;
-    t->frozen = r->frozen;
-    model_shard_whole(&t->shard, ndim, dims);
-
-    float *p = m->params + off;
-    if (init == INIT_NORMAL) {
-        /* Streams keyed by the tensor's name and a chunk index: a tensor's values do not
-         * depend on which other tensors exist, on the order they are registered in, or on
-         * the number of threads filling the chunks. */
-        uint64_t key = hrng_mix(r->seed, hrng_hash_str(t->name));
-        long chunks = (long)((numel + INIT_CHUNK - 1) / INIT_CHUNK);
-#pragma omp parallel for schedule(static) if (chunks > 1)
-        for (long c = 0; c < chunks; c++) {
-            hrng g;
-            hrng_init(&g, hrng_mix(key, (uint64_t)c));
-            size_t i1 = (size_t)(c + 1) * INIT_CHUNK < numel ? (size_t)(c + 1) * INIT_CHUNK : numel;
-            for (size_t i = (size_t)c * INIT_CHUNK; i < i1; i++)
-                p[i] = (float)(std * hrng_normal(&g));
-        }
-    } else {
-        float v = init == INIT_ONES ? 1.0f : 0.0f;
-        for (size_t i = 0; i < numel; i++)
-            p[i] = v;
-    }
-    if (grad && !r->frozen)
-        *grad = m->grads + off;
-    return p;
-}
-
-#define DIMS(...) ((const int64_t[]){ __VA_ARGS__ })
-#define NDIMS(...) ((int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)))
-#define REG(r, g, init, std, name, ...)                                                    \
-    reg((r), (g), (init), (std), NDIMS(__VA_ARGS__), DIMS(__VA_ARGS__), "%s", (name))
-
-/* A norm's weight (ones) and, for layernorm, bias (zeros), named PREFIX.weight/.bias. */
-static void reg_norm(reg_ctx *r, norm_kind kind, int C, float **w, float **gw, float **b,
-                     float **gb, const char *prefix)
-{
-    char name[96];
-    snprintf(name, sizeof name, "%s.weight", prefix);
-    *w = REG(r, gw, INIT_ONES, 0, name, C);
-    *b = *gb = NULL;
-    if (kind == NORM_LAYERNORM) {
-        snprintf(name, sizeof name, "%s.bias", prefix);
-        *b = REG(r, gb, INIT_ZEROS, 0, name, C);
-    }
-}
-
-/* A linear layer PREFIX.weight [out, in] (normal(0, std)) and optional PREFIX.bias. */
-static void reg_linear(reg_ctx *r, int out, int in, int bias, double std, float **w,
-                       float **gw, float **b, float **gb, const char *prefix)
-{
-    char name[96];
-    snprintf(name, sizeof name, "%s.weight", prefix);
-    *w = REG(r, gw, INIT_NORMAL, std, name, out, in);
-    if (b)
-        *b = *gb = NULL;
-    if (bias) {
-        snprintf(name, sizeof name, "%s.bias", prefix);
-        *b = REG(r, gb, INIT_ZEROS, 0, name, out);
-    }
-}
-
-static void reg_block(reg_ctx *r, const stack_cfg *c, block *blk, const char *comp, int l,
-                      int layers)
-{
-    const stack_shape *s = c->s;
-    block_params *p = &blk->p, *g = &blk->g;
-    double out_std = INIT_STD / sqrt(2.0 * layers);
-    char pre[96], name[128];
-    snprintf(pre, sizeof pre, "%s.layers.%d", comp, l);
-#define NM(suffix) (snprintf(name, sizeof name, "%s.%s", pre, (suffix)), name)
-
-    reg_norm(r, s->norm, c->H, &p->attn_norm_w, &g->attn_norm_w, &p->attn_norm_b,
-             &g->attn_norm_b, NM("attn_norm"));
-    reg_linear(r, c->QKV, c->H, s->bias_qkv, INIT_STD, &p->qkv_w, &g->qkv_w, &p->qkv_b,
-               &g->qkv_b, NM("attn.qkv"));
-    if (s->qk_norm) {
-        p->q_norm_w = REG(r, &g->q_norm_w, INIT_ONES, 0, NM("attn.q_norm.weight"), c->D);
-        p->k_norm_w = REG(r, &g->k_norm_w, INIT_ONES, 0, NM("attn.k_norm.weight"), c->D);
-    }
-    reg_linear(r, c->H, c->QD, s->bias_proj, out_std, &p->proj_w, &g->proj_w, &p->proj_b,
-               &g->proj_b, NM("attn.proj"));
-    reg_norm(r, s->norm, c->H, &p->mlp_norm_w, &g->mlp_norm_w, &p->mlp_norm_b,
-             &g->mlp_norm_b, NM("mlp_norm"));
-    if (blk->moe) {
-        p->router_w = REG(r, &g->router_w, INIT_NORMAL, INIT_STD, NM("mlp.router.weight"),
-                          c->E, c->H);
-        p->exp_fc1_w = REG(r, &g->exp_fc1_w, INIT_NORMAL, INIT_STD,
-                           NM("mlp.experts.gate_up.weight"), c->E, 2 * c->Fm, c->H);
-        p->exp_fc2_w = REG(r, &g->exp_fc2_w, INIT_NORMAL, out_std,
-                           NM("mlp.experts.down.weight"), c->E, c->H, c->Fm);
-        if (c->Fs > 0) {
-            p->sh_fc1_w = REG(r, &g->sh_fc1_w, INIT_NORMAL, INIT_STD,
-                              NM("mlp.shared.gate_up.weight"), 2 * c->Fs, c->H);
-            p->sh_fc2_w = REG(r, &g->sh_fc2_w, INIT_NORMAL, out_std,
-                              NM("mlp.shared.down.weight"), c->H, c->Fs);
-        }
-    } else if (s->mlp == MLP_SWIGLU) {
-        reg_linear(r, c->Fu, c->H, s->bias_mlp, INIT_STD, &p->fc1_w, &g->fc1_w, &p->fc1_b,
-                   &g->fc1_b, NM("mlp.gate_up"));
-        reg_linear(r, c->H, c->F, s->bias_mlp, out_std, &p->fc2_w, &g->fc2_w, &p->fc2_b,
-                   &g->fc2_b, NM("mlp.down"));
-    } else {
-        reg_linear(r, c->Fu, c->H, s->bias_mlp, INIT_STD, &p->fc1_w, &g->fc1_w, &p->fc1_b,
-                   &g->fc1_b, NM("mlp.fc1"));
-        reg_linear(r, c->H, c->F, s->bias_mlp, out_std, &p->fc2_w, &g->fc2_w, &p->fc2_b,
-                   &g->fc2_b, NM("mlp.fc2"));
-    }
-#undef NM
-}
-
-static void reg_all(reg_ctx *r)
-{
-    model *m = r->m;
-    const model_shape *sh = &m->shape;
-
-    if (m->enc.present) {
-        encoder_part *e = &m->enc;
-        r->frozen = sh->encoder.s.freeze != 0;
-        e->patch_w = REG(r, &e->patch_gw, INIT_NORMAL, INIT_STD, "encoder.patch_embed.weight",
-                         e->st.c.H, e->patch_dim);
-        for (int l = 0; l < e->st.L; l++)
-            reg_block(r, &e->st.c, &e->st.layers[l], "encoder", l, e->st.L);
-    }
-    if (m->proj.present) {
-        projector_part *pj = &m->proj;
-        /* The projector has no freeze switch of its own: it trains whenever it exists
-         * (the usual recipe freezes the ViT and trains the merger). */
-        r->frozen = 0;
-        reg_norm(r, pj->sh->norm, pj->in / pj->merge2, &pj->norm_w, &pj->norm_gw, &pj->norm_b,
-                 &pj->norm_gb, "projector.norm");
-        reg_linear(r, pj->hidden, pj->in, pj->sh->bias, INIT_STD, &pj->fc1_w, &pj->fc1_gw,
-                   &pj->fc1_b, &pj->fc1_gb, "projector.fc1");
-        reg_linear(r, pj->out, pj->hidden, pj->sh->bias, INIT_STD, &pj->fc2_w, &pj->fc2_gw,
-                   &pj->fc2_b, &pj->fc2_gb, "projector.fc2");
-    }
-    decoder_part *d = &m->dec;
-    const decoder_shape *ds = &sh->decoder;
-    int H = ds->s.hidden;
-    r->frozen = ds->s.freeze != 0;
-    d->embed_w = REG(r, &d->embed_gw, INIT_NORMAL, INIT_STD, "decoder.embed.weight",
-                     ds->vocab, H);
-    d->pos_w = d->pos_gw = NULL;
-    if (ds->s.pos == POS_LEARNED)
-        d->pos_w = REG(r, &d->pos_gw, INIT_NORMAL, INIT_STD, "decoder.pos_embed.weight",
-                       ds->max_positions, H);
-    for (int l = 0; l < d->st.L; l++)
-        reg_block(r, &d->st.c, &d->st.layers[l], "decoder", l, d->st.L);
-    reg_norm(r, ds->s.norm, H, &d->norm_w, &d->norm_gw, &d->norm_b, &d->norm_gb,
-             "decoder.final_norm");
-    if (ds->tied_embeddings) {
-        d->head_w = d->embed_w;
-        d->head_gw = d->embed_gw;
-    } else {
-        d->head_w = REG(r, &d->head_gw, INIT_NORMAL, INIT_STD, "decoder.lm_head.weight",
-                        ds->vocab, H);
-    }
-}
 
 /* ---- shape checks ----------------------------------------------------------------------
  * What this implementation relies on for memory safety and meaning.  shape_validate (the
@@ -322,14 +107,43 @@ static int check_shape(const model_shape *sh, hearth_err *err)
 
 /* ---- create / free ------------------------------------------------------------------- */
 
+static int group_size(const comm *c) { return c ? comm_size(c) : 1; }
+static int group_rank(const comm *c) { return c ? comm_rank(c) : 0; }
+
+void model_par_single(model_par *p, const model_shape *full)
+{
+    memset(p, 0, sizeof *p);
+    p->has_decoder = 1;
+    p->n_layers = full->decoder.s.layers;
+    p->has_embed = 1;
+    p->has_head = 1;
+    p->has_encoder = full->encoder.present;
+}
+
+static int check_par(const model_shape *sh, const model_par *par, hearth_err *err)
+{
+    const decoder_shape *ds = &sh->decoder;
+    if (par->has_decoder) {
+        if (par->n_layers < 1 || par->first_layer < 0 ||
+            par->first_layer + par->n_layers > ds->s.layers)
+            return herr_set(err, HERR_CONFIG, "decoder: stage layers [%d, %d) are not a "
+                            "non-empty part of the %d layers", par->first_layer,
+                            par->first_layer + par->n_layers, ds->s.layers);
+    }
+    return 0;
+}
+
+/* The parts this rank holds and their stack configs (model_par.h says what is split
+ * how); parameters are attached by the registration. */
 static int setup_parts(model *m, hearth_err *err)
 {
     const model_shape *sh = &m->shape;
     const decoder_shape *ds = &sh->decoder;
+    const model_par *par = &m->par;
     stack_cfg c;
     int rc;
 
-    if (sh->encoder.present) {
+    if (sh->encoder.present && par->has_encoder) {
         const encoder_shape *es = &sh->encoder;
         encoder_part *e = &m->enc;
         e->present = 1;
@@ -337,8 +151,11 @@ static int setup_parts(model *m, hearth_err *err)
         e->patch_dim = es->in_channels * es->temporal_patch * es->patch * es->patch;
         e->ws = es->window_px > 0 ? es->window_px / es->patch / es->spatial_merge : 0;
         stack_cfg_init(&c, &es->s, 0, 0, 0, 0, 0);
-        if ((rc = stack_init(&e->st, &c, es->s.layers, err)))
+        if ((rc = stack_cfg_split(&c, "encoder", group_size(par->enc_tp),
+                                  group_rank(par->enc_tp), 1, 0, err)) ||
+            (rc = stack_init(&e->st, &c, es->s.layers, err)))
             return rc;
+        e->st.tp_comm = par->enc_tp;
         for (int l = 0; l < es->s.layers; l++) {
             /* Without windows every layer attends over whole frames. */
             int full = e->ws == 0;
@@ -356,49 +173,88 @@ static int setup_parts(model *m, hearth_err *err)
         pj->out = ds->s.hidden;
     }
 
+    decoder_part *d = &m->dec;
+    d->sh = ds;
+    if (!par->has_decoder)
+        return 0;
+    d->present = 1;
+    d->tp_comm = par->tp;
+    d->tp = group_size(par->tp);
+    d->t = group_rank(par->tp);
+    d->sp = par->sp && d->tp > 1;
+    d->v0 = (int)((int64_t)d->t * ds->vocab / d->tp);
+    d->v1 = (int)((int64_t)(d->t + 1) * ds->vocab / d->tp);
+    d->has_embed = par->has_embed;
+    d->has_head = par->has_head;
     int E = ds->moe_experts;
     stack_cfg_init(&c, &ds->s, 1, E, E > 0 ? ds->moe_top_k : 0, E > 0 ? ds->moe_ffn : 0,
                    E > 0 ? ds->moe_shared_ffn : 0);
-    if ((rc = stack_init(&m->dec.st, &c, ds->s.layers, err)))
+    if ((rc = stack_cfg_split(&c, "decoder", d->tp, d->t, group_size(par->ep),
+                              group_rank(par->ep), err)) ||
+        (rc = stack_init(&d->st, &c, par->n_layers, err)))
         return rc;
-    m->dec.sh = ds;
-    for (int l = 0; l < ds->s.layers; l++)
-        m->dec.st.layers[l].moe = E > 0 && l % ds->moe_every == ds->moe_every - 1;
+    d->st.tp_comm = par->tp;
+    d->st.ep_comm = par->ep;
+    d->st.sp = d->sp;
+    for (int l = 0; l < par->n_layers; l++) {
+        int gl = par->first_layer + l;   /* the MoE pattern follows global indices */
+        d->st.layers[l].moe = E > 0 && gl % ds->moe_every == ds->moe_every - 1;
+    }
+    return 0;
+}
+
+int model_create_par(model **out, const model_shape *full, const model_par *par,
+                     uint64_t seed, hearth_err *err)
+{
+    *out = NULL;
+    int rc = check_shape(full, err);
+    if (rc || (rc = check_par(full, par, err)))
+        return rc;
+    model *m = calloc(1, sizeof *m);
+    if (!m)
+        return herr_set(err, HERR_NOMEM, "model: out of memory");
+    m->shape = *full;
+    m->par = *par;
+    if ((rc = setup_parts(m, err)) || (rc = model_reg_build(m, seed, err))) {
+        model_free(m);
+        return rc;
+    }
+    *out = m;
     return 0;
 }
 
 int model_create(model **out, const model_shape *shape, uint64_t seed, hearth_err *err)
 {
+    model_par par;
+    model_par_single(&par, shape);
+    return model_create_par(out, shape, &par, seed, err);
+}
+
+int model_clone(model **out, model *owner, hearth_err *err)
+{
     *out = NULL;
-    int rc = check_shape(shape, err);
-    if (rc)
-        return rc;
     model *m = calloc(1, sizeof *m);
     if (!m)
         return herr_set(err, HERR_NOMEM, "model: out of memory");
-    m->shape = *shape;
-    if ((rc = setup_parts(m, err))) {
+    m->shape = owner->shape;
+    m->par = owner->par;
+    m->owner = owner;
+    int rc = setup_parts(m, err);
+    if (rc) {
         model_free(m);
         return rc;
     }
-
-    reg_ctx r = { .m = m, .pass = 0, .seed = seed };
-    reg_all(&r);
-    m->n_params = r.offset;
-    m->n_tensors = r.count;
-    m->tensors = calloc((size_t)r.count, sizeof *m->tensors);
-    m->params = malloc((m->n_params ? m->n_params : 1) * sizeof(float));
-    m->grads = calloc(m->n_params ? m->n_params : 1, sizeof(float));
-    if (!m->tensors || !m->params || !m->grads) {
-        model_free(m);
-        return herr_set(err, HERR_NOMEM, "model: out of memory for %zu parameters",
-                        r.offset);
-    }
-    r = (reg_ctx){ .m = m, .pass = 1, .seed = seed };
-    reg_all(&r);
+    m->n_params = owner->n_params;
+    m->params = owner->params;
+    m->grads = owner->grads;
+    m->tensors = owner->tensors;
+    m->n_tensors = owner->n_tensors;
+    model_reg_bind(m);
     *out = m;
     return 0;
 }
+
+const model_par *model_get_par(const model *m) { return &m->par; }
 
 void model_free(model *m)
 {
@@ -417,12 +273,15 @@ void model_free(model *m)
     stack_free(&m->dec.st);
     free(m->dec.fbuf);
     free(m->dec.ibuf);
+    free(m->dec.lse);
     free(m->img_feat);
     free(m->dimg_feat);
     free(m->pin_route);
-    free(m->tensors);
-    free(m->params);
-    free(m->grads);
+    if (!m->owner) {
+        free(m->tensors);
+        free(m->params);
+        free(m->grads);
+    }
     free(m);
 }
 
@@ -510,17 +369,22 @@ static int run(model *m, const vlm_batch *b, int train, float loss_scale, float 
         return herr_set(err, HERR_RUNTIME, "model: the batch has %d images but the model "
                         "has no vision encoder", b->n_images);
 
-    int images = m->enc.present && b->n_images > 0;
-    int rc;
+    int images = m->enc.present && b->n_images > 0, n_units = 0, rc;
     double t0 = now_ms();
     m->enc.n_units = 0;
-    if (images && (rc = encoder_forward(m, b, err)))
+    if (images && (rc = model_encode_forward(m, b->n_images, b->grid_thw, b->pixels, err)))
         return rc;
+    const float *img = images ? model_img_feat(m, &n_units) : NULL;
     double t1 = now_ms();
-    if ((rc = decoder_run(m, b, train, loss_scale, aux_scale, train && images, &st, err)))
+    if ((rc = model_stage_forward(m, b, img, n_units, NULL, &st, err)))
+        return rc;
+    /* Nothing flows back when the decoder is frozen and no projector waits. */
+    int back = train && (!m->shape.decoder.s.freeze || images);
+    if (back && (rc = model_stage_backward(m, NULL, loss_scale, aux_scale,
+                                           images ? model_img_grad(m) : NULL, err)))
         return rc;
     double t2 = now_ms();
-    if (train && images && (rc = encoder_backward(m, err)))
+    if (train && images && (rc = model_encode_backward(m, err)))
         return rc;
     double t3 = now_ms();
     st.encoder_ms = (t1 - t0) + (t3 - t2);

@@ -70,7 +70,9 @@ typedef struct {
     comm *enc_tp;             /* encoder tensor-parallel group; NULL = size 1 */
 } model_par;
 
-/* The model_par of the single-rank model: everything, no groups. */
+/* The model_par of the single-rank model: everything, no groups.  model_create is
+ * model_create_par with it, and model_forward_backward is model_encode_forward,
+ * model_stage_forward, model_stage_backward, model_encode_backward on that model. */
 void model_par_single(model_par *p, const model_shape *full);
 
 /* Creates this rank's local model.  Parameters are initialised as model_create would
@@ -116,6 +118,7 @@ int model_encode_backward(model *m, hearth_err *err);
  * object; use clones for more). */
 int model_stage_forward(model *m, const vlm_batch *b, const float *img, int n_img_rows,
                         const float *x_in, model_stats *stats, hearth_err *err);
+/* [local tokens, hidden]; valid until the next stage call on this object. */
 const float *model_stage_output(const model *m, size_t *n_floats);
 /* Backward of the pending micro batch.  has_head: starts from the loss with loss_scale;
  * else dy is the gradient of this stage's output.  aux_scale weights the MoE loss.
@@ -125,6 +128,8 @@ const float *model_stage_output(const model *m, size_t *n_floats);
  *              x_in. */
 int model_stage_backward(model *m, const float *dy, float loss_scale, float aux_scale,
                          float *img_grad, hearth_err *err);
+/* [local tokens, hidden]; valid until the next stage call on this object.  Under sp,
+ * img_grad still gets every image row on every tp rank. */
 const float *model_stage_input_grad(const model *m, size_t *n_floats);
 
 /* Tokens this rank holds in the stage activations for a micro batch of n tokens

@@ -10,7 +10,21 @@
  * The shared expert is added ungated (Qwen2-MoE multiplies it by sigmoid(h w_g); we do
  * not have that gate).  Expert and shared linears have no biases, whatever bias_mlp says.
  * The load-balancing loss of the layer is returned; its gradient enters the router
- * backward with weight aux_scale. */
+ * backward with weight aux_scale.
+ *
+ * Parallelism.  Tensor parallelism does not split this layer: the experts are small and
+ * many, so cutting each one over tp would make every expert matmul tiny; instead every
+ * tp rank runs the whole layer on all tokens (block.c gathers them under sp) and gets
+ * the same result.  Expert parallelism (c->ep > 1) spreads the experts over ranks that
+ * run *different* tokens: after the plan groups this rank's rows by expert, the rows of
+ * ep rank j's experts are one contiguous block, so one all_to_allv sends them (the
+ * per-expert counts go first, so that every rank knows what arrives).  Arrivals are
+ * source-major ([rank][local expert]); they are regrouped expert-major so that each
+ * local expert runs one matmul over all its rows, then the outputs travel back the same
+ * way and the ordinary unpermute weights them.  The backward repeats the trip for the
+ * output gradient and returns the input gradient rows.  Router, aux loss and shared
+ * expert stay per rank, on its own tokens. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/internal.h"
@@ -32,9 +46,12 @@ void moe_take(const stack_cfg *c, block *b, farena *fa, iarena *ia, int N)
     b->row_src = ia_take(ia, nk);
     b->slot_row = ia_take(ia, nk);
     b->xp = fa_take(fa, nk * c->H);
-    b->ue = fa_take(fa, nk * 2 * c->Fm);
-    b->ae = fa_take(fa, nk * c->Fm);
+    /* Under ep the experts run on the received rows (ep_buf) instead. */
+    b->ue = c->ep > 1 ? NULL : fa_take(fa, nk * 2 * c->Fm);
+    b->ae = c->ep > 1 ? NULL : fa_take(fa, nk * c->Fm);
     b->ye = fa_take(fa, nk * c->H);
+    b->ep_cnt = c->ep > 1 ? ia_take(ia, (size_t)2 * c->E) : NULL;
+    b->ep_off = c->ep > 1 ? ia_take(ia, (size_t)c->El + 1) : NULL;
     b->us = c->Fs > 0 ? fa_take(fa, n * 2 * c->Fs) : NULL;
     b->as = c->Fs > 0 ? fa_take(fa, n * c->Fs) : NULL;
 }
@@ -43,8 +60,8 @@ void moe_take_scratch(const stack_cfg *c, stack_scratch *sc, farena *fa, int N)
 {
     size_t n = (size_t)N, nk = n * c->K;
     sc->dye = fa_take(fa, nk * c->H);
-    sc->dae = fa_take(fa, nk * c->Fm);
-    sc->due = fa_take(fa, nk * 2 * c->Fm);
+    sc->dae = c->ep > 1 ? NULL : fa_take(fa, nk * c->Fm);
+    sc->due = c->ep > 1 ? NULL : fa_take(fa, nk * 2 * c->Fm);
     sc->dxp = fa_take(fa, nk * c->H);
     sc->dtopk = fa_take(fa, nk);
     sc->dlogits = fa_take(fa, n * c->E);
@@ -79,10 +96,211 @@ static float pin_routing(block *b, int N, int E, int K)
     return N > 0 ? (float)(E * a) : 0.0f;
 }
 
-double moe_forward(const stack_cfg *c, block *b, stack_scratch *sc, float *out, int N)
+/* ---- the experts ----------------------------------------------------------------
+ * Local expert e (weights at index e of the block's [El] arrays) runs on rows
+ * [off[e], off[e+1]) of x; u, a, y are the gate|up, activation and output rows. */
+static void experts_forward(const stack_cfg *c, const block_params *p, const int *off,
+                            int ne, const float *x, float *u, float *a, float *y)
+{
+    int H = c->H, Fm = c->Fm;
+    for (int e = 0; e < ne; e++) {
+        size_t r0 = (size_t)off[e];
+        int n = off[e + 1] - off[e];
+        if (n == 0)
+            continue;
+        const float *w1 = p->exp_fc1_w + (size_t)e * 2 * Fm * H;
+        const float *w2 = p->exp_fc2_w + (size_t)e * H * Fm;
+        kcpu_matmul_forward(u + r0 * 2 * Fm, x + r0 * H, w1, NULL, n, H, 2 * Fm);
+        kcpu_swiglu_forward(a + r0 * Fm, u + r0 * 2 * Fm, n, Fm);
+        kcpu_matmul_forward(y + r0 * H, a + r0 * Fm, w2, NULL, n, Fm, H);
+    }
+}
+
+/* dy -> dx (accumulated, like da and du, which the caller zeroes) and the weight
+ * gradients of the local experts. */
+static void experts_backward(const stack_cfg *c, const block *b, const int *off, int ne,
+                             const float *dy, const float *x, const float *u,
+                             const float *a, float *da, float *du, float *dx)
+{
+    const block_params *p = &b->p, *g = &b->g;
+    int H = c->H, Fm = c->Fm;
+    for (int e = 0; e < ne; e++) {
+        size_t r0 = (size_t)off[e];
+        int n = off[e + 1] - off[e];
+        if (n == 0)
+            continue;
+        size_t o1 = (size_t)e * 2 * Fm * H, o2 = (size_t)e * H * Fm;
+        kcpu_matmul_backward(da + r0 * Fm, g->exp_fc2_w ? g->exp_fc2_w + o2 : NULL, NULL,
+                             dy + r0 * H, a + r0 * Fm, p->exp_fc2_w + o2, n, Fm, H);
+        kcpu_swiglu_backward(du + r0 * 2 * Fm, da + r0 * Fm, u + r0 * 2 * Fm, n, Fm);
+        kcpu_matmul_backward(dx + r0 * H, g->exp_fc1_w ? g->exp_fc1_w + o1 : NULL, NULL,
+                             du + r0 * 2 * Fm, x + r0 * H, p->exp_fc1_w + o1, n, H, 2 * Fm);
+    }
+}
+
+/* ---- expert parallel exchange ------------------------------------------------------ */
+
+static int grow(float **buf, size_t *cap, size_t n, hearth_err *err)
+{
+    if (n <= *cap && *buf)
+        return 0;
+    float *p = realloc(*buf, (n ? n : 1) * sizeof *p);
+    if (!p)
+        return herr_set(err, HERR_NOMEM, "moe: out of memory for %zu floats of expert rows",
+                        n);
+    *buf = p;
+    *cap = n ? n : 1;
+    return 0;
+}
+
+/* Rows received from rank j for local expert i (b->ep_cnt, see internal.h). */
+static int rcnt(const stack_cfg *c, const block *b, int j, int i)
+{
+    return b->ep_cnt[c->E + j * c->El + i];
+}
+
+/* all_to_allv of H-wide rows between the plan side (this rank's rows in expert order:
+ * ep rank j's experts are rows [offsets[j El], offsets[(j+1) El])) and the expert side
+ * (the rows received, source-major).  back = 0: plan -> expert side; 1: the way back.
+ * w: 4 ep scratch entries. */
+static int exchange(comm *ep, const stack_cfg *c, const block *b, const float *send,
+                    float *recv, int back, size_t *w, hearth_err *err)
+{
+    int P = c->ep, El = c->El;
+    size_t H = (size_t)c->H, q = 0;
+    size_t *pc = w, *pd = w + P, *qc = w + 2 * P, *qd = w + 3 * P;
+    for (int j = 0; j < P; j++) {
+        pd[j] = (size_t)b->offsets[j * El] * H;
+        pc[j] = (size_t)(b->offsets[(j + 1) * El] - b->offsets[j * El]) * H;
+        size_t r = 0;
+        for (int i = 0; i < El; i++)
+            r += (size_t)rcnt(c, b, j, i);
+        qd[j] = q * H;
+        qc[j] = r * H;
+        q += r;
+    }
+    if (back)
+        return comm_all_to_allv(ep, send, qc, qd, recv, pc, pd, COMM_F32, err);
+    return comm_all_to_allv(ep, send, pc, pd, recv, qc, qd, COMM_F32, err);
+}
+
+/* Received rows, source-major ([rank j][local expert i]) <-> expert-major ([i][j]), the
+ * order of b->ep_off.  w: ep scratch entries. */
+static void regroup(const stack_cfg *c, const block *b, float *dst, const float *src,
+                    int to_expert, size_t *w)
+{
+    int P = c->ep, El = c->El;
+    size_t H = (size_t)c->H, s = 0, e = 0;
+    for (int j = 0; j < P; j++) {
+        w[j] = s;
+        for (int i = 0; i < El; i++)
+            s += (size_t)rcnt(c, b, j, i);
+    }
+    for (int i = 0; i < El; i++)
+        for (int j = 0; j < P; j++) {
+            size_t n = (size_t)rcnt(c, b, j, i);
+            if (n) {
+                if (to_expert)
+                    memcpy(dst + e * H, src + w[j] * H, n * H * sizeof *dst);
+                else
+                    memcpy(dst + w[j] * H, src + e * H, n * H * sizeof *dst);
+            }
+            w[j] += n;
+            e += n;
+        }
+}
+
+/* Scratch of the exchange for R received rows: stage [R, H] (rows as they travel),
+ * y [R, H] (expert outputs; backward: their gradient), dx [R, H], da [R, Fm],
+ * du [R, 2 Fm]. */
+static int ep_scratch(const stack_cfg *c, stack_scratch *sc, size_t R, float **stage,
+                      float **y, float **dx, float **da, float **du, hearth_err *err)
+{
+    size_t H = (size_t)c->H, Fm = (size_t)c->Fm;
+    int rc = grow(&sc->ep_buf, &sc->ep_cap, R * (3 * H + 3 * Fm), err);
+    if (rc)
+        return rc;
+    *stage = sc->ep_buf;
+    *y = *stage + R * H;
+    *dx = *y + R * H;
+    *da = *dx + R * H;
+    *du = *da + R * Fm;
+    return 0;
+}
+
+/* Forward of the routed experts under ep: b->xp (plan order) -> b->ye (plan order). */
+static int ep_forward(const stack_cfg *c, block *b, stack_scratch *sc, comm *ep,
+                      hearth_err *err)
+{
+    int E = c->E, El = c->El, P = c->ep;
+    int *scnt = b->ep_cnt;
+    for (int e = 0; e < E; e++)
+        scnt[e] = b->offsets[e + 1] - b->offsets[e];
+    int rc = comm_all_to_all(ep, scnt, b->ep_cnt + E, (size_t)El, COMM_I32, err);
+    if (rc)
+        return rc;
+    b->ep_off[0] = 0;
+    for (int i = 0; i < El; i++) {
+        int n = 0;
+        for (int j = 0; j < P; j++)
+            n += rcnt(c, b, j, i);
+        b->ep_off[i + 1] = b->ep_off[i] + n;
+    }
+    size_t R = (size_t)b->ep_off[El], H = (size_t)c->H, Fm = (size_t)c->Fm;
+    b->ep_rows = (int)R;
+    float *stage, *y, *dx, *da, *du;
+    if ((rc = grow(&b->ep_buf, &b->ep_cap, R * (H + 3 * Fm), err)) ||
+        (rc = ep_scratch(c, sc, R, &stage, &y, &dx, &da, &du, err)))
+        return rc;
+    b->xr = b->ep_buf;
+    b->ur = b->xr + R * H;
+    b->ar = b->ur + R * 2 * Fm;
+    size_t *w = malloc((size_t)4 * P * sizeof *w);
+    if (!w)
+        return herr_set(err, HERR_NOMEM, "moe: out of memory");
+    if (!(rc = exchange(ep, c, b, b->xp, stage, 0, w, err))) {
+        regroup(c, b, b->xr, stage, 1, w);
+        experts_forward(c, &b->p, b->ep_off, El, b->xr, b->ur, b->ar, y);
+        regroup(c, b, stage, y, 0, w);
+        rc = exchange(ep, c, b, stage, b->ye, 1, w, err);
+    }
+    free(w);
+    return rc;
+}
+
+/* Backward of the routed experts under ep: sc->dye (plan order) -> sc->dxp (plan order,
+ * overwritten). */
+static int ep_backward(const stack_cfg *c, block *b, stack_scratch *sc, comm *ep,
+                       hearth_err *err)
+{
+    size_t R = (size_t)b->ep_rows, H = (size_t)c->H, Fm = (size_t)c->Fm;
+    float *stage, *dy, *dx, *da, *du;
+    int rc = ep_scratch(c, sc, R, &stage, &dy, &dx, &da, &du, err);
+    if (rc)
+        return rc;
+    size_t *w = malloc((size_t)4 * c->ep * sizeof *w);
+    if (!w)
+        return herr_set(err, HERR_NOMEM, "moe: out of memory");
+    if (!(rc = exchange(ep, c, b, sc->dye, stage, 0, w, err))) {
+        regroup(c, b, dy, stage, 1, w);
+        zero(da, R * Fm);
+        zero(du, R * 2 * Fm);
+        zero(dx, R * H);
+        experts_backward(c, b, b->ep_off, c->El, dy, b->xr, b->ur, b->ar, da, du, dx);
+        regroup(c, b, stage, dx, 0, w);
+        rc = exchange(ep, c, b, stage, sc->dxp, 1, w, err);
+    }
+    free(w);
+    return rc;
+}
+
+/* ---- the layer --------------------------------------------------------------------- */
+
+int moe_forward(const stack_cfg *c, block *b, stack_scratch *sc, comm *ep, float *out,
+                int N, double *aux_out, hearth_err *err)
 {
     const block_params *p = &b->p;
-    int H = c->H, E = c->E, K = c->K, Fm = c->Fm, Fs = c->Fs;
+    int H = c->H, E = c->E, K = c->K, Fs = c->Fs;
     float aux = 0;
 
     kcpu_matmul_forward(b->logits, b->h2, p->router_w, NULL, N, H, E);
@@ -91,16 +309,12 @@ double moe_forward(const stack_cfg *c, block *b, stack_scratch *sc, float *out, 
         aux = pin_routing(b, N, E, K);
     kcpu_moe_plan(b->offsets, b->row_src, b->slot_row, b->topk_idx, N, E, K);
     kcpu_moe_permute_forward(b->xp, b->h2, b->row_src, N, K, H);
-    for (int e = 0; e < E; e++) {
-        size_t r0 = (size_t)b->offsets[e];
-        int n = b->offsets[e + 1] - b->offsets[e];
-        if (n == 0)
-            continue;
-        const float *w1 = p->exp_fc1_w + (size_t)e * 2 * Fm * H;
-        const float *w2 = p->exp_fc2_w + (size_t)e * H * Fm;
-        kcpu_matmul_forward(b->ue + r0 * 2 * Fm, b->xp + r0 * H, w1, NULL, n, H, 2 * Fm);
-        kcpu_swiglu_forward(b->ae + r0 * Fm, b->ue + r0 * 2 * Fm, n, Fm);
-        kcpu_matmul_forward(b->ye + r0 * H, b->ae + r0 * Fm, w2, NULL, n, Fm, H);
+    if (c->ep > 1) {
+        int rc = ep_forward(c, b, sc, ep, err);
+        if (rc)
+            return rc;
+    } else {
+        experts_forward(c, p, b->offsets, E, b->xp, b->ue, b->ae, b->ye);
     }
     kcpu_moe_unpermute_forward(out, b->ye, b->topk_w, b->slot_row, N, K, H);
     if (Fs > 0) {
@@ -109,11 +323,12 @@ double moe_forward(const stack_cfg *c, block *b, stack_scratch *sc, float *out, 
         kcpu_matmul_forward(sc->shared_out, b->as, p->sh_fc2_w, NULL, N, Fs, H);
         kcpu_accumulate(out, sc->shared_out, (size_t)N * H);
     }
-    return aux;
+    *aux_out = aux;
+    return 0;
 }
 
-void moe_backward(const stack_cfg *c, block *b, stack_scratch *sc, const float *dout,
-                  float *dh, int N, float aux_scale)
+int moe_backward(const stack_cfg *c, block *b, stack_scratch *sc, comm *ep,
+                 const float *dout, float *dh, int N, float aux_scale, hearth_err *err)
 {
     const block_params *p = &b->p, *g = &b->g;
     int H = c->H, E = c->E, K = c->K, Fm = c->Fm, Fs = c->Fs;
@@ -123,22 +338,16 @@ void moe_backward(const stack_cfg *c, block *b, stack_scratch *sc, const float *
     zero(sc->dtopk, nk);
     kcpu_moe_unpermute_backward(sc->dye, sc->dtopk, dout, b->ye, b->topk_w, b->slot_row, N,
                                 K, H);
-    zero(sc->dae, nk * Fm);
-    zero(sc->due, nk * 2 * Fm);
-    zero(sc->dxp, nk * H);
-    for (int e = 0; e < E; e++) {
-        size_t r0 = (size_t)b->offsets[e];
-        int n = b->offsets[e + 1] - b->offsets[e];
-        if (n == 0)
-            continue;
-        size_t o1 = (size_t)e * 2 * Fm * H, o2 = (size_t)e * H * Fm;
-        kcpu_matmul_backward(sc->dae + r0 * Fm, g->exp_fc2_w ? g->exp_fc2_w + o2 : NULL, NULL,
-                             sc->dye + r0 * H, b->ae + r0 * Fm, p->exp_fc2_w + o2, n, Fm, H);
-        kcpu_swiglu_backward(sc->due + r0 * 2 * Fm, sc->dae + r0 * Fm, b->ue + r0 * 2 * Fm, n,
-                             Fm);
-        kcpu_matmul_backward(sc->dxp + r0 * H, g->exp_fc1_w ? g->exp_fc1_w + o1 : NULL, NULL,
-                             sc->due + r0 * 2 * Fm, b->xp + r0 * H, p->exp_fc1_w + o1, n, H,
-                             2 * Fm);
+    if (c->ep > 1) {
+        int rc = ep_backward(c, b, sc, ep, err);
+        if (rc)
+            return rc;
+    } else {
+        zero(sc->dae, nk * Fm);
+        zero(sc->due, nk * 2 * Fm);
+        zero(sc->dxp, nk * H);
+        experts_backward(c, b, b->offsets, E, sc->dye, b->xp, b->ue, b->ae, sc->dae, sc->due,
+                         sc->dxp);
     }
     kcpu_moe_permute_backward(dh, sc->dxp, b->row_src, N, K, H);
 
@@ -154,4 +363,5 @@ void moe_backward(const stack_cfg *c, block *b, stack_scratch *sc, const float *
         kcpu_swiglu_backward(sc->du, sc->da, b->us, N, Fs);
         kcpu_matmul_backward(dh, g->sh_fc1_w, NULL, sc->du, b->h2, p->sh_fc1_w, N, H, 2 * Fs);
     }
+    return 0;
 }

@@ -36,12 +36,13 @@ static int rep_kind(int comp, const model_tensor *t)
 }
 
 /* Leading local elements that this rank counts once in the full model (before the
- * replica rule): none for a tied copy or a tp-replicated tensor off tp rank 0, only the
- * q rows of a kv-replicated qkv tensor off the first rank of its kv group. */
+ * replica rule): none for a tied copy or a tp-replicated tensor off tp rank 0 (a
+ * tp-partial tensor is one too once step 1 has summed it), only the q rows of a
+ * kv-replicated qkv tensor off the first rank of its kv group. */
 static size_t norm_count(const model_tensor *t, int tp_index)
 {
     const model_shard *sh = &t->shard;
-    if (sh->tied_copy || (sh->tp_replicated && tp_index != 0))
+    if (sh->tied_copy || ((sh->tp_replicated || sh->tp_partial) && tp_index != 0))
         return 0;
     if (sh->kv_rep > 1 && tp_index % sh->kv_rep != 0)
         return (size_t)(sh->seg_rows[0] * sh->ncols);

@@ -1,0 +1,353 @@
+/* test_ptrain.c - every parallel layout reproduces the single-rank run.
+ *
+ * For each layout: 3 optimizer steps of tiny-vlm or tiny-vlm-moe (fp32, variable images
+ * per sample) on the single-rank trainer (train.h) and on the layout's ranks as threads
+ * (ptrain_local.h); the per-step losses must agree within 1e-5 relative and every
+ * parameter tensor after the last step within 1e-5 relative (norm of the difference over
+ * the norm of the reference, max over tensors).
+ *
+ * Why the small learning rate: AdamW divides by sqrt(v) + 1e-8, so an element whose
+ * gradient is near zero moves by up to lr whatever the gradient's rounding noise, and
+ * the order of floating-point sums differs between layouts.  A few such elements per
+ * tensor put a floor of about lr / (parameter scale 0.02) x (a few per thousand) under
+ * the comparison; at lr 1e-4 that floor is below 1e-5, while any real error (a missing
+ * or doubled reduction, a wrong shard, a skipped update or decay: weight decay 1.0 makes
+ * decay visible) moves whole tensors by orders of magnitude more.
+ * Tensors that start at zero (biases) consist of nothing but such lr-sized steps, so no
+ * learning rate lowers their floor (measured up to 4e-5 across the cases below): they are
+ * held to 1e-4 instead.
+ *
+ * `make test` runs the cases below: an all-pairs cover of the layout dimensions plus
+ * named corner cases.  HEARTH_TEST_FULL=1 (make test-full) runs the whole product of
+ * the dimensions instead.  HEARTH_TEST_LAYOUT="k=v,k=v" runs one layout. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "model/model.h"
+#include "parallel/ptrain_local.h"
+#include "train.h"
+
+#define STEPS 3
+#define TOL 1e-5
+#define TOL_ZERO_INIT 1e-4
+#define MAX_KV 24
+
+static const char *base_yaml =
+    "train:\n"
+    "  steps: 3\n"
+    "  seq_len: 32\n"
+    "  lr: 1.0e-4\n"
+    "  min_lr: 1.0e-5\n"
+    "  warmup: 1\n"
+    "  weight_decay: 1.0\n"
+    "  grad_clip: 1.0\n"
+    "  seed: 7\n"
+    "data:\n"
+    "  images_min: 0\n"
+    "  images_max: 3\n"
+    "  image_px_min: 16\n"
+    "  image_px_max: 32\n";
+
+/* Parses base_yaml with "k=v" overrides. */
+static int make_config(run_config *c, const char *const *kv, int n, hearth_err *err)
+{
+    config_override ovr[MAX_KV];
+    char keys[MAX_KV][64];
+    for (int i = 0; i < n; i++) {
+        const char *eq = strchr(kv[i], '=');
+        assert_non_null(eq);
+        snprintf(keys[i], sizeof keys[i], "%.*s", (int)(eq - kv[i]), kv[i]);
+        ovr[i].key = keys[i];
+        ovr[i].value = eq + 1;
+    }
+    return run_config_parse(c, "test.yaml", base_yaml, ovr, n, 0, err);
+}
+
+typedef struct {
+    double loss[STEPS];
+    double grad_norm[STEPS];
+    model *full;            /* parameters after the last step */
+} run_out;
+
+static void run_out_free(run_out *o)
+{
+    model_free(o->full);
+    memset(o, 0, sizeof *o);
+}
+
+static void run_single(const run_config *cfg, run_out *o)
+{
+    hearth_err err = { { 0 } };
+    run_config c = *cfg;
+    c.ranks = 1;
+    c.parallel.tp = c.parallel.pp = c.parallel.dp = c.parallel.ep = c.parallel.cp = 1;
+    c.parallel.vpp = 1;
+    c.parallel.sp = 0;
+    c.parallel.encoder.tp = 1;
+    trainer *t = NULL;
+    if (trainer_create(&t, &c, &err))
+        fail_msg("single rank: %s", err.msg);
+    for (int s = 0; s < STEPS; s++) {
+        train_step_stats st;
+        if (trainer_step(t, &st, &err) != 0)
+            fail_msg("single rank step %d: %s", s + 1, err.msg);
+        o->loss[s] = st.loss;
+        o->grad_norm[s] = st.grad_norm;
+    }
+    if (model_create(&o->full, &cfg->model, cfg->train.seed, &err))
+        fail_msg("%s", err.msg);
+    model *m = trainer_model(t);
+    memcpy(model_params(o->full), model_params(m), model_param_count(m) * sizeof(float));
+    trainer_free(t);
+}
+
+static void run_parallel(const run_config *cfg, run_out *o)
+{
+    hearth_err err = { { 0 } };
+    ptrain_local *p = NULL;
+    if (ptrain_local_create(&p, cfg, 120000, &err))
+        fail_msg("create: %s", err.msg);
+    for (int s = 0; s < STEPS; s++) {
+        train_step_stats st;
+        if (ptrain_local_step(p, &st, &err) != 0)
+            fail_msg("step %d: %s", s + 1, err.msg);
+        o->loss[s] = st.loss;
+        o->grad_norm[s] = st.grad_norm;
+    }
+    if (model_create(&o->full, &cfg->model, cfg->train.seed, &err))
+        fail_msg("%s", err.msg);
+    memset(model_params(o->full), 0, model_param_count(o->full) * sizeof(float));
+    if (ptrain_local_gather(p, o->full, &err))
+        fail_msg("gather: %s", err.msg);
+    ptrain_local_free(p);
+}
+
+/* The k rows of a qkv bias, which the comparison skips: their exact gradient is zero
+ * (softmax is invariant to adding the same q.b_k to every score of a query), so in any
+ * run, single-rank included, their fp32 gradients are rounding noise that AdamW
+ * normalises into full-size steps.  Returns the row range [*k0, *k1). */
+static int kbias_rows(const run_config *cfg, const char *name, size_t *k0, size_t *k1)
+{
+    const char *suffix = "attn.qkv.bias";
+    size_t n = strlen(name), m = strlen(suffix);
+    if (n < m || strcmp(name + n - m, suffix))
+        return 0;
+    const stack_shape *s = strncmp(name, "encoder.", 8) == 0 ? &cfg->model.encoder.s
+                                                               : &cfg->model.decoder.s;
+    *k0 = (size_t)s->heads * s->head_dim;
+    *k1 = *k0 + (size_t)s->kv_heads * s->head_dim;
+    return 1;
+}
+
+static int all_zero(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != 0.0f)
+            return 1 == 0;
+    return 1;
+}
+
+/* Largest per-tensor relative difference over the tensors that start at zero (init0)
+ * or not; *worst names it. */
+static double param_diff(const run_config *cfg, model *init, model *ref, model *got,
+                         int init0, const char **worst)
+{
+    const float *a = model_params(ref), *b = model_params(got);
+    double max = 0;
+    *worst = "";
+    for (int i = 0; i < model_tensor_count(ref); i++) {
+        const model_tensor *tt = model_tensor_at(ref, i);
+        if (all_zero(model_params(init) + tt->offset, tt->numel) != init0)
+            continue;
+        size_t k0 = 0, k1 = 0;
+        kbias_rows(cfg, tt->name, &k0, &k1);
+        double dn = 0, rn = 0;
+        for (size_t k = 0; k < tt->numel; k++) {
+            if (k >= k0 && k < k1)
+                continue;
+            double d = (double)a[tt->offset + k] - b[tt->offset + k];
+            dn += d * d;
+            rn += (double)a[tt->offset + k] * a[tt->offset + k];
+        }
+        double rel = sqrt(dn) / (sqrt(rn) > 1e-30 ? sqrt(rn) : 1e-30);
+        if (!(rel <= max)) {
+            max = rel;
+            *worst = tt->name;
+        }
+    }
+    return max;
+}
+
+/* Runs one layout against its single-rank reference; returns 0 when equal. */
+static int check_layout(const char *const *kv, int n)
+{
+    char desc[512] = "";
+    for (int i = 0; i < n; i++)
+        snprintf(desc + strlen(desc), sizeof desc - strlen(desc), "%s%s", i ? " " : "", kv[i]);
+    run_config *cfg = calloc(1, sizeof *cfg);
+    assert_non_null(cfg);
+    hearth_err err = { { 0 } };
+    if (make_config(cfg, kv, n, &err))
+        fail_msg("%s: config: %s", desc, err.msg);
+    run_out ref, got;
+    memset(&ref, 0, sizeof ref);
+    memset(&got, 0, sizeof got);
+    run_single(cfg, &ref);
+    run_parallel(cfg, &got);
+    int bad = 0;
+    for (int s = 0; s < STEPS; s++) {
+        double rel = fabs(got.loss[s] - ref.loss[s]) / fabs(ref.loss[s]);
+        if (!(rel <= TOL)) {
+            print_message("# %s: step %d loss %.9g, single rank %.9g (rel %.3g)\n", desc,
+                          s + 1, got.loss[s], ref.loss[s], rel);
+            bad = 1;
+        }
+        rel = fabs(got.grad_norm[s] - ref.grad_norm[s]) / fabs(ref.grad_norm[s]);
+        if (!(rel <= TOL)) {
+            print_message("# %s: step %d gradient norm %.9g, single rank %.9g (rel %.3g)\n",
+                          desc, s + 1, got.grad_norm[s], ref.grad_norm[s], rel);
+            bad = 1;
+        }
+    }
+    const char *worst, *worst0;
+    model *init = NULL;
+    if (model_create(&init, &cfg->model, cfg->train.seed, &err))
+        fail_msg("%s", err.msg);
+    double pd = param_diff(cfg, init, ref.full, got.full, 0, &worst);
+    double pd0 = param_diff(cfg, init, ref.full, got.full, 1, &worst0);
+    model_free(init);
+    if (!(pd <= TOL)) {
+        print_message("# %s: parameters differ: %s rel %.3g\n", desc, worst, pd);
+        bad = 1;
+    }
+    if (!(pd0 <= TOL_ZERO_INIT)) {
+        print_message("# %s: parameters differ: %s rel %.3g\n", desc, worst0, pd0);
+        bad = 1;
+    }
+    print_message("# %-70s %s (losses %.6f %.6f %.6f, params rel %.2g, zero-init %.2g)\n",
+                  desc, bad ? "DIFFERS" : "ok", got.loss[0], got.loss[1], got.loss[2], pd,
+                  pd0);
+    run_out_free(&ref);
+    run_out_free(&got);
+    free(cfg);
+    return bad;
+}
+
+/* ---- the cases ---------------------------------------------------------------------- */
+
+typedef struct {
+    const char *kv[MAX_KV];
+} layout_case;
+
+#define L(...) { { __VA_ARGS__, NULL } }
+
+/* An all-pairs cover of tp x pp(vpp) x dp x sp x strategy x options, plus corners. */
+static const layout_case dense_cases[] = {
+    L("model=tiny-vlm", "ranks=2", "parallel.tp=2", "train.micro_batch=2", "train.global_batch=6"),
+    L("model=tiny-vlm", "ranks=2", "parallel.tp=2", "parallel.sp=true", "train.micro_batch=2",
+      "train.global_batch=4"),
+    L("model=tiny-vlm", "ranks=4", "parallel.tp=4", "parallel.sp=true",
+      "train.micro_batch=1", "train.global_batch=3"),
+    L("model=tiny-vlm", "ranks=2", "parallel.pp=2", "train.micro_batch=1",
+      "train.global_batch=3"),
+    L("model=tiny-vlm", "ranks=2", "parallel.pp=2", "parallel.vpp=2", "train.micro_batch=1",
+      "train.global_batch=4"),
+    L("model=tiny-vlm", "ranks=2", "parallel.dp=2", "train.micro_batch=1",
+      "train.global_batch=4", "parallel.distributed_optimizer=true"),
+    L("model=tiny-vlm", "ranks=4", "parallel.tp=2", "parallel.pp=2", "train.micro_batch=1",
+      "train.global_batch=3", "parallel.encoder.strategy=hetero_dp", "parallel.encoder.tp=1"),
+    L("model=tiny-vlm", "ranks=4", "parallel.tp=4", "train.micro_batch=1",
+      "train.global_batch=5", "parallel.encoder.strategy=hetero_tp", "parallel.encoder.tp=2"),
+    L("model=tiny-vlm", "ranks=4", "parallel.tp=2", "parallel.dp=2", "train.micro_batch=1",
+      "train.global_batch=6", "parallel.encoder.strategy=hetero_dp", "parallel.encoder.tp=1",
+      "parallel.encoder.balance=true", "parallel.distributed_optimizer=true"),
+    L("model=tiny-vlm", "ranks=4", "parallel.tp=2", "parallel.pp=2", "train.micro_batch=1",
+      "train.global_batch=3", "parallel.encoder.strategy=full_separation",
+      "parallel.encoder.tp=1"),
+    L("model=tiny-vlm", "ranks=4", "parallel.tp=2", "parallel.pp=2", "train.micro_batch=1",
+      "train.global_batch=5", "parallel.encoder.strategy=full_separation",
+      "parallel.encoder.tp=1", "parallel.encoder.offload=true", "parallel.encoder.balance=true",
+      "parallel.sp=true"),
+    L("model=tiny-vlm", "model.encoder.freeze=true", "ranks=2", "parallel.tp=2",
+      "train.micro_batch=1", "train.global_batch=3"),
+    L("model=tiny-vlm", "ranks=8", "parallel.tp=2", "parallel.pp=2", "parallel.dp=2",
+      "parallel.vpp=2", "train.micro_batch=1", "train.global_batch=4",
+      "parallel.distributed_optimizer=true"),
+};
+
+static const layout_case moe_cases[] = {
+    L("model=tiny-vlm-moe", "ranks=2", "parallel.dp=2", "parallel.ep=2",
+      "train.micro_batch=1", "train.global_batch=4"),
+    L("model=tiny-vlm-moe", "ranks=4", "parallel.tp=2", "parallel.dp=2", "parallel.ep=2",
+      "parallel.sp=true", "train.micro_batch=1", "train.global_batch=4",
+      "parallel.distributed_optimizer=true"),
+    L("model=tiny-vlm-moe", "ranks=4", "parallel.pp=2", "parallel.dp=2", "parallel.ep=2",
+      "train.micro_batch=1", "train.global_batch=6", "parallel.encoder.strategy=full_separation",
+      "parallel.encoder.tp=1"),
+    L("model=tiny-vlm-moe", "ranks=2", "parallel.tp=2", "train.micro_batch=2",
+      "train.global_batch=4"),
+};
+
+static int count_kv(const layout_case *c)
+{
+    int n = 0;
+    while (n < MAX_KV && c->kv[n])
+        n++;
+    return n;
+}
+
+static void run_cases(const layout_case *cases, size_t n)
+{
+    int bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += check_layout(cases[i].kv, count_kv(&cases[i]));
+    assert_int_equal(bad, 0);
+}
+
+static void test_dense_layouts(void **state)
+{
+    (void)state;
+    run_cases(dense_cases, sizeof dense_cases / sizeof dense_cases[0]);
+}
+
+static void test_moe_layouts(void **state)
+{
+    (void)state;
+    run_cases(moe_cases, sizeof moe_cases / sizeof moe_cases[0]);
+}
+
+/* HEARTH_TEST_LAYOUT="k=v,k=v,...": one layout, for debugging. */
+static void test_env_layout(void **state)
+{
+    (void)state;
+    const char *env = getenv("HEARTH_TEST_LAYOUT");
+    if (!env) {
+        skip();
+        return;
+    }
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", env);
+    const char *kv[MAX_KV];
+    int n = 0;
+    for (char *tok = strtok(buf, ","); tok && n < MAX_KV; tok = strtok(NULL, ","))
+        kv[n++] = tok;
+    assert_int_equal(check_layout(kv, n), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_env_layout),
+        cmocka_unit_test(test_dense_layouts),
+        cmocka_unit_test(test_moe_layouts),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

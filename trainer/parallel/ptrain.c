@@ -1,0 +1,274 @@
+/* ptrain.c - one rank's trainer: creation of its model chunks and groups, and the step
+ * (ptrain.h).  The pipeline and the encoder strategies live in ptrain_pipe.c and
+ * ptrain_encode.c. */
+#include "parallel/ptrain_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels.h"
+
+double pt_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+int pt_grow(void **p, size_t *cap, size_t n, size_t elem, hearth_err *err)
+{
+    if (n <= *cap && *p)
+        return 0;
+    size_t want = n > 2 * *cap ? n : 2 * *cap;
+    void *q = realloc(*p, (want ? want : 1) * elem);
+    if (!q)
+        return herr_set(err, HERR_NOMEM, "parallel trainer: out of memory (%zu x %zu bytes)",
+                        want, elem);
+    *p = q;
+    *cap = want;
+    return 0;
+}
+
+/* A group handle as the model wants it: NULL for a group of one. */
+static comm *group_or_null(const parallel_state *ps, ps_group_kind k)
+{
+    return ps && ps->size[k] > 1 ? ps->group[k] : NULL;
+}
+
+/* Things the parallel trainer does not do yet, named by key. */
+static int check_supported(const ptrain *t, hearth_err *err)
+{
+    if (t->lay.cp != 1)
+        return herr_set(err, HERR_CONFIG, "parallel.cp: context parallelism is not supported "
+                        "by this build yet (use 1)");
+    return 0;
+}
+
+static int create_chunks(ptrain *t, uint64_t seed, hearth_err *err)
+{
+    const model_shape *sh = &t->cfg.model;
+    int L = sh->decoder.s.layers, pp = t->lay.pp, p = t->dec->coords.p;
+    int per = L / t->n_virtual;
+    t->chunk = calloc((size_t)t->vpp, sizeof *t->chunk);
+    if (!t->chunk)
+        return herr_set(err, HERR_NOMEM, "parallel trainer: out of memory");
+    for (int v = 0; v < t->vpp; v++) {
+        int vs = v * pp + p;
+        model_par par;
+        memset(&par, 0, sizeof par);
+        par.has_decoder = 1;
+        par.tp = group_or_null(t->dec, PS_TP);
+        par.sp = t->cfg.parallel.sp;
+        par.ep = group_or_null(t->dec, PS_EP);
+        par.first_layer = vs * per;
+        par.n_layers = per;
+        par.has_embed = vs == 0;
+        par.has_head = vs == t->n_virtual - 1;
+        par.has_encoder = v == 0 && t->has_encoder;
+        par.enc_tp = par.has_encoder ? group_or_null(t->enc, PS_TP) : NULL;
+        int rc = model_create_par(&t->chunk[v], sh, &par, seed, err);
+        if (rc)
+            return herr_prefix(err, rc, "rank %d, model chunk %d", t->rank, v);
+    }
+    return 0;
+}
+
+int ptrain_create(ptrain **out, const run_config *cfg, comm *world, hearth_err *err)
+{
+    *out = NULL;
+    int mb = cfg->train.micro_batch, gb = cfg->train.global_batch;
+    if (mb < 1 || gb < 1 || gb % mb)
+        return herr_set(err, HERR_CONFIG, "train.global_batch: must be a positive multiple "
+                        "of train.micro_batch (%d), got %d", mb, gb);
+    ptrain *t = calloc(1, sizeof *t);
+    if (!t)
+        return herr_set(err, HERR_NOMEM, "parallel trainer: out of memory");
+    t->cfg = *cfg;
+    t->world = world;
+    t->rank = comm_rank(world);
+    ps_layout_from_config(cfg, &t->lay);
+    int rc = ps_layout_check(&t->lay, err);
+    if (!rc && comm_size(world) != t->lay.world)
+        rc = herr_set(err, HERR_CONFIG, "ranks: the layout needs %d ranks, the world has %d",
+                      t->lay.world, comm_size(world));
+    if (!rc)
+        rc = check_supported(t, err);
+    if (!rc)
+        rc = synth_params_from_config(&t->data, cfg, err);
+    if (rc) {
+        free(t);
+        return rc;
+    }
+    t->sched = (lr_schedule){ .lr = cfg->train.lr, .min_lr = cfg->train.min_lr,
+                              .warmup = cfg->train.warmup, .steps = cfg->train.steps };
+    t->M = gb / mb;
+    t->vpp = cfg->parallel.vpp > 1 ? cfg->parallel.vpp : 1;
+    t->n_virtual = t->lay.pp * t->vpp;
+    t->Hd = cfg->model.decoder.s.hidden;
+    float coef = cfg->model.decoder.moe_experts > 0 ? cfg->model.decoder.moe_aux_coef : 0.0f;
+    t->aux_scale = coef / (float)t->M;
+    *out = t;
+
+    if (t->M % t->lay.dp)
+        return herr_set(err, HERR_CONFIG, "train.global_batch: %d micro batches do not split "
+                        "over dp %d", t->M, t->lay.dp);
+    t->M_local = t->M / t->lay.dp;
+    if (cfg->model.decoder.s.layers % t->n_virtual)
+        return herr_set(err, HERR_CONFIG, "model.decoder.layers: %d layers do not split into "
+                        "pp x vpp = %d stages", cfg->model.decoder.s.layers, t->n_virtual);
+    if ((rc = parallel_state_create(&t->dec, &t->lay, PS_DECODER, world, err)) ||
+        (rc = parallel_state_create(&t->enc, &t->lay, PS_ENCODER, world, err)))
+        return rc;
+    t->has_encoder = cfg->model.encoder.present && t->enc->present;
+    if ((rc = create_chunks(t, cfg->train.seed, err)))
+        return rc;
+    param_sync_opts po = { .distributed_optimizer = cfg->parallel.distributed_optimizer,
+                           .beta1 = TRAIN_ADAM_BETA1, .beta2 = TRAIN_ADAM_BETA2,
+                           .eps = TRAIN_ADAM_EPS };
+    if ((rc = param_sync_create(&t->sync, t->chunk, t->vpp, t->dec, t->enc, world, &po,
+                                err)))
+        return herr_prefix(err, rc, "rank %d", t->rank);
+    t->micro = calloc((size_t)t->M_local, sizeof *t->micro);
+    if (!t->micro)
+        return herr_set(err, HERR_NOMEM, "parallel trainer: out of memory");
+    if ((rc = pt_pipe_init(t, err)) || (rc = pt_encode_init(t, err)))
+        return rc;
+    return 0;
+}
+
+void ptrain_free(ptrain *t)
+{
+    if (!t)
+        return;
+    pt_encode_free(t);
+    pt_pipe_free(t);
+    if (t->micro)
+        for (int j = 0; j < t->M_local; j++) {
+            synth_batch_free(&t->micro[j].data);
+            free(t->micro[j].img_off);
+            free(t->micro[j].pix_off);
+            free(t->micro[j].img);
+            free(t->micro[j].img_grad);
+        }
+    free(t->micro);
+    param_sync_free(t->sync);
+    if (t->chunk)
+        for (int v = 0; v < t->vpp; v++)
+            model_free(t->chunk[v]);
+    free(t->chunk);
+    parallel_state_free(t->enc);
+    parallel_state_free(t->dec);
+    free(t);
+}
+
+model *ptrain_model(ptrain *t)
+{
+    return t->chunk ? t->chunk[0] : NULL;
+}
+
+/* Materialises micro batch j of this DP rank for the step, with its image offsets. */
+static int fill_micro(ptrain *t, int j, hearth_err *err)
+{
+    pt_micro *mi = &t->micro[j];
+    int mb = t->cfg.train.micro_batch;
+    uint64_t first = (uint64_t)t->step * (uint64_t)t->cfg.train.global_batch +
+                     (uint64_t)(t->dec->coords.d * t->M_local + j) * (uint64_t)mb;
+    int rc = synth_fill(&mi->data, &t->data, first, mb, err);
+    if (rc)
+        return rc;
+    mi->view = synth_view(&mi->data);
+    int n = mi->data.n_images;
+    if ((rc = pt_grow((void **)&mi->img_off, &mi->cap_img_off, (size_t)n + 1,
+                      sizeof(size_t), err)) ||
+        (rc = pt_grow((void **)&mi->pix_off, &mi->cap_pix_off, (size_t)n + 1,
+                      sizeof(size_t), err)))
+        return rc;
+    int m2 = t->data.merge * t->data.merge;
+    mi->img_off[0] = mi->pix_off[0] = 0;
+    for (int i = 0; i < n; i++) {
+        const int *g = mi->data.grid_thw + 3 * i;
+        size_t patches = (size_t)g[0] * g[1] * g[2];
+        mi->pix_off[i + 1] = mi->pix_off[i] + patches;
+        mi->img_off[i + 1] = mi->img_off[i] + patches / (size_t)m2;
+    }
+    mi->n_units = (int)mi->img_off[n];
+    size_t rows = (size_t)mi->n_units * (size_t)t->Hd;
+    if ((rc = pt_grow((void **)&mi->img, &mi->cap_img, rows, sizeof(float), err)) ||
+        (rc = pt_grow((void **)&mi->img_grad, &mi->cap_img_grad, rows, sizeof(float), err)))
+        return rc;
+    return 0;
+}
+
+int ptrain_step(ptrain *t, train_step_stats *st, hearth_err *err)
+{
+    double t0 = pt_now_ms();
+    memset(st, 0, sizeof *st);
+    st->step = t->step + 1;
+    st->lr = schedule_lr(&t->sched, st->step);
+    st->tokens = (long)t->cfg.train.global_batch * t->data.seq_len;
+
+    /* Counts of the whole global batch: one rank per DP index contributes. */
+    const ps_coords *k = &t->dec->coords;
+    int canonical = k->t == 0 && k->c == 0 && k->p == 0;
+    double counts[4] = { 0, 0, 0, 0 };   /* targets, patches, patches^2, images */
+    int rc;
+    for (int j = 0; j < t->M_local; j++) {
+        if ((rc = fill_micro(t, j, err)))
+            return rc;
+        const synth_batch *b = &t->micro[j].data;
+        for (int i = 0; canonical && i < b->n_images; i++) {
+            const int *g = b->grid_thw + 3 * i;
+            double n = (double)g[0] * g[1] * g[2];
+            counts[2] += n * n;
+        }
+        if (canonical) {
+            counts[0] += (double)b->n_targets;
+            counts[1] += (double)b->n_patches;
+            counts[3] += b->n_images;
+        }
+    }
+    if ((rc = comm_allreduce(t->world, counts, counts, 4, COMM_F64, COMM_SUM, err)))
+        return rc;
+    st->target_tokens = (long)counts[0];
+    st->patches = (long)counts[1];
+    st->patches_sq = counts[2];
+    st->images = (int)counts[3];
+    t->loss_scale = st->target_tokens > 0 ? 1.0f / (float)st->target_tokens : 0.0f;
+
+    for (int v = 0; v < t->vpp; v++)
+        model_zero_grad(t->chunk[v]);
+    t->loss_sum = t->aux_sum = t->enc_ms = t->dec_ms = 0;
+    if ((rc = pt_encode_step_begin(t, err)) || (rc = pt_pipe_run(t, err)) ||
+        (rc = pt_encode_step_end(t, err)))
+        return herr_prefix(err, rc, "rank %d, step %d", t->rank, st->step);
+
+    /* The loss lives on the last stage, MoE losses on every stage; tp ranks agree, so
+     * tp rank 0 speaks for its group. */
+    double sums[2] = { k->t == 0 ? t->loss_sum : 0, k->t == 0 ? t->aux_sum : 0 };
+    if ((rc = comm_allreduce(t->world, sums, sums, 2, COMM_F64, COMM_SUM, err)))
+        return rc;
+    st->loss = st->target_tokens > 0 ? sums[0] / (double)st->target_tokens : 0.0;
+    st->aux_loss = sums[1] / t->M;
+    st->encoder_ms = t->enc_ms;
+    st->decoder_ms = t->dec_ms;
+    if ((rc = param_sync_reduce(t->sync, &st->grad_norm, err)))
+        return herr_prefix(err, rc, "rank %d, step %d", t->rank, st->step);
+    if (train_nonfinite(st->loss) || train_nonfinite(st->grad_norm)) {
+        st->step_ms = pt_now_ms() - t0;
+        return TRAIN_DIVERGED;
+    }
+    float clip = kcpu_clip_factor(st->grad_norm, (float)t->cfg.train.grad_clip);
+    t->step++;
+    if ((rc = param_sync_step(t->sync, t->step, (float)st->lr,
+                              (float)t->cfg.train.weight_decay, clip, err)))
+        return herr_prefix(err, rc, "rank %d, step %d", t->rank, st->step);
+    st->step_ms = pt_now_ms() - t0;
+    return 0;
+}
+
+int ptrain_gather(ptrain *t, model *full, float *dst, hearth_err *err)
+{
+    return param_sync_gather(t->sync, full, dst, err);
+}

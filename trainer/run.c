@@ -37,7 +37,7 @@ static int check_supported(const run_config *c, hearth_err *err)
 static int setup(const cli_args *a, runlog *log, run_config *cfg, trainer **tr)
 {
     hearth_err err = { { 0 } };
-    int rc = run_config_load(cfg, a->config, a->ovr, a->n_ovr, 1, &err);
+    int rc = run_config_load(cfg, a->config, a->ovr, a->n_ovr, 0, &err);
     if (!rc)
         rc = check_supported(cfg, &err);
     if (!rc)
@@ -163,11 +163,16 @@ int run_main(const cli_args *a)
         }
     }
     if (!code) {
-        model *m = trainer_model(tr);
-        runlog_printf(&log, "model %s: %zu parameters in %d tensors; %d steps of %d x %d "
+        shape_params sp;
+        shape_count_params(&cfg->model, &sp);
+        runlog_printf(&log, "model %s: %lld parameters; %d rank(s): tp %d pp %d vpp %d dp %d "
+                      "ep %d sp %d, encoder %s tp %d; %d steps of %d x %d "
                       "tokens (micro batch %d), lr %g (min %g, warmup %d), seed %llu; "
                       "config %s",
-                      cfg->model.name, model_param_count(m), model_tensor_count(m),
+                      cfg->model.name, (long long)sp.total, cfg->ranks, cfg->parallel.tp,
+                      cfg->parallel.pp, cfg->parallel.vpp, cfg->parallel.dp, cfg->parallel.ep,
+                      cfg->parallel.sp, encoder_strategy_name(cfg->parallel.encoder.strategy),
+                      cfg->parallel.encoder.tp,
                       cfg->train.steps, cfg->train.global_batch, cfg->train.seq_len,
                       cfg->train.micro_batch, cfg->train.lr, cfg->train.min_lr,
                       cfg->train.warmup, (unsigned long long)cfg->train.seed, hash);

@@ -7,9 +7,15 @@
 
 #include "data_synth.h"
 #include "kernels.h"
+#include "parallel/ptrain_local.h"
 #include "schedule.h"
 
+/* How long a rank of a multi-rank layout may wait in one collective before the run is
+ * declared stuck (a rank that fails on its own stops the others at once). */
+#define TRAIN_COMM_TIMEOUT_MS (30 * 60 * 1000)
+
 struct trainer {
+    ptrain_local *par;               /* ranks > 1: the layout's ranks as threads */
     model *m;
     synth_params data;
     lr_schedule sched;
@@ -46,7 +52,16 @@ int trainer_create(trainer **out, const run_config *cfg, hearth_err *err)
     trainer *t = calloc(1, sizeof *t);
     if (!t)
         return herr_set(err, HERR_NOMEM, "trainer: out of memory");
-    int rc = synth_params_from_config(&t->data, cfg, err);
+    int rc;
+    if (cfg->ranks > 1) {
+        if ((rc = ptrain_local_create(&t->par, cfg, TRAIN_COMM_TIMEOUT_MS, err))) {
+            free(t);
+            return rc;
+        }
+        *out = t;
+        return 0;
+    }
+    rc = synth_params_from_config(&t->data, cfg, err);
     if (rc) {
         free(t);
         return rc;
@@ -80,6 +95,7 @@ void trainer_free(trainer *t)
 {
     if (!t)
         return;
+    ptrain_local_free(t->par);
     if (t->micro)
         for (int i = 0; i < t->n_micro; i++)
             synth_batch_free(&t->micro[i]);
@@ -97,7 +113,7 @@ int trainer_steps_done(const trainer *t)
 
 model *trainer_model(trainer *t)
 {
-    return t->m;
+    return t->par ? ptrain_local_model(t->par) : t->m;
 }
 
 /* Global L2 norm over the gradients of the tensors that train, summed in tensor order
@@ -133,6 +149,12 @@ static void optimizer_update(trainer *t, float lr, float clip)
 
 int trainer_step(trainer *t, train_step_stats *st, hearth_err *err)
 {
+    if (t->par) {
+        int rc = ptrain_local_step(t->par, st, err);
+        if (rc == 0)
+            t->step++;
+        return rc;
+    }
     double t0 = now_ms();
     memset(st, 0, sizeof *st);
     st->step = t->step + 1;

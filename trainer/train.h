@@ -51,7 +51,10 @@ typedef struct {
 typedef struct trainer trainer;
 
 /* Validates what the trainer itself needs (HERR_CONFIG: batch sizes, data parameters),
- * creates the model from train.seed and the optimizer state. */
+ * creates the model from train.seed and the optimizer state.  With cfg->ranks > 1 the
+ * step runs on the layout's ranks as threads of this process (parallel/ptrain_local.h,
+ * the `local` communicator); the single-rank code here is the reference every layout is
+ * tested against (tests/unit/test_ptrain.c). */
 int trainer_create(trainer **out, const run_config *cfg, hearth_err *err);
 void trainer_free(trainer *t);
 
@@ -61,6 +64,7 @@ int trainer_step(trainer *t, train_step_stats *st, hearth_err *err);
 
 /* The number of steps completed so far. */
 int trainer_steps_done(const trainer *t);
+/* The model (multi-rank: rank 0's first chunk, a shard of the full model). */
 model *trainer_model(trainer *t);
 
 /* Nonzero when x is NaN or infinite. */

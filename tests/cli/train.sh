@@ -114,7 +114,7 @@ bad_config() {
     grep -Eq -- "$2" "$tmp/$1-out/train.log" || { echo "train.log lacks /$2/"; return 1; }
 }
 
-tap_plan 18
+tap_plan 19
 
 run good --config "$tmp/good.yaml" --out "$tmp/good-out"
 tap_check "good run: exit 0, metrics.jsonl (5 lines, all keys), result.json (all keys), logs" good_run
@@ -157,8 +157,18 @@ run noout --config "$tmp/good.yaml"
 noout() { expect_rc noout 2 && grep -q -- "--out" "$tmp/noout.err"; }
 tap_check "missing --out: exit 2 with a message" noout
 
-run parallel --config "$tmp/good.yaml" --set parallel.tp=2 --set ranks=2 --out "$tmp/parallel-out"
-tap_check "parallel layout: exit 2, not supported yet, only the log" bad_config parallel "parallel|rank"
+# A parallel layout: 4 ranks as threads (tp 2 x pp 2, hetero_dp encoder) train like one.
+run parallel --config "$tmp/good.yaml" --set ranks=4 --set parallel.tp=2 --set parallel.pp=2 \
+    --set parallel.encoder.strategy=hetero_dp --set parallel.encoder.tp=1 --out "$tmp/parallel-out"
+parallel() {
+    expect_rc parallel 0 && result_ok "$tmp/parallel-out/result.json" done &&
+        grep -q "4 rank(s): tp 2 pp 2" "$tmp/parallel-out/train.log"
+}
+tap_check "parallel layout (4 ranks, tp 2 x pp 2, hetero_dp): runs to done" parallel
+
+run badlayout --config "$tmp/good.yaml" --set ranks=3 --set parallel.tp=3 --out "$tmp/badlayout-out"
+tap_check "impossible layout: exit 2, names the rule, only the log" bad_config badlayout \
+    "heads_divisible_by_tp"
 
 run cuda --config "$tmp/good.yaml" --set device=cuda --out "$tmp/cuda-out"
 tap_check "device cuda: exit 2, not supported yet, only the log" bad_config cuda "device: cuda is not supported by this build yet"

@@ -167,11 +167,23 @@ SLURM_TEST_ENV = HEARTH_SLURM_DIR=$(SLURM_TEST_DIR) HEARTH_SLURM_PORT_BASE=$(SLU
 	HEARTH_SLURM_NODES=2 HEARTH_SLURM_CPUS=2 HEARTH_SLURM_MAX_ARRAY_SIZE=5 \
 	HEARTH_SLURM_REST_PORT=$(SLURM_TEST_REST_PORT) \
 	SLURM_CONF=$(SLURM_TEST_DIR)/slurm.conf
+# A second instance that keeps accounting (slurmdbd + MariaDB: start.sh --with-dbd), for
+# tests/cli/hearth_slurm_dbd.sh and hearth_slurm_nodekill.sh; the latter kills one of its
+# slurmd, which slurmctld notices after the short SlurmdTimeout set here.
+SLURM_DBD_TEST_DIR ?= /tmp/hearth-slurm-dbd-test
+SLURM_DBD_TEST_PORT ?= 16927
+SLURM_DBD_TEST_ENV = HEARTH_SLURM_DIR=$(SLURM_DBD_TEST_DIR) HEARTH_SLURM_PORT_BASE=$(SLURM_DBD_TEST_PORT) \
+	HEARTH_SLURM_NODES=2 HEARTH_SLURM_CPUS=2 HEARTH_SLURM_SLURMD_TIMEOUT=6 HEARTH_SLURM_DBD=1 \
+	HEARTH_SLURM_REST_PORT= SLURM_CONF=$(SLURM_DBD_TEST_DIR)/slurm.conf
 test: all $(TEST_BINS) $(GPU_BINS)
 	@$(SLURM_TEST_ENV) contrib/slurm-local/start.sh || \
 	    echo "make test: the test Slurm cluster did not start: the Slurm tests will fail"; \
-	$(SLURM_TEST_ENV) BUILD=$(BUILD) tests/run.sh $(TEST_BINS) $(filter $(GPU_TEST_BIN),$(GPU_BINS)) $(CLI_TESTS); rc=$$?; \
-	$(SLURM_TEST_ENV) contrib/slurm-local/stop.sh >/dev/null 2>&1; exit $$rc
+	$(SLURM_DBD_TEST_ENV) contrib/slurm-local/start.sh || \
+	    echo "make test: the accounting test Slurm cluster did not start: its tests will fail"; \
+	$(SLURM_TEST_ENV) HEARTH_SLURM_DBD_DIR=$(SLURM_DBD_TEST_DIR) BUILD=$(BUILD) \
+	    tests/run.sh $(TEST_BINS) $(filter $(GPU_TEST_BIN),$(GPU_BINS)) $(CLI_TESTS); rc=$$?; \
+	$(SLURM_TEST_ENV) contrib/slurm-local/stop.sh >/dev/null 2>&1 & \
+	$(SLURM_DBD_TEST_ENV) contrib/slurm-local/stop.sh >/dev/null 2>&1; wait; exit $$rc
 
 test-unit: $(TEST_BINS)
 	@BUILD=$(BUILD) tests/run.sh $(TEST_BINS)
@@ -198,8 +210,9 @@ install: all
 	install -m 644 db/migrations/*.sql $(DESTDIR)$(PREFIX)/share/hearth/migrations/
 
 # The README's first command: installs the Debian packages that are missing, builds, sweeps
-# contrib/examples/demo.yaml through the local backend (2 jobs at once) into a database of
-# its own, and prints the best runs.  Running it again reruns nothing (completed points
+# contrib/examples/demo.yaml (learning rate x seed) and demo-layouts.yaml (tp x pp x encoder
+# strategy on 4 ranks) through the local backend (2 jobs at once) into a database of its
+# own, and prints the best runs of each.  Running it again reruns nothing (completed points
 # are skipped) and prints the table again.
 DEMO_DIR ?= $(BUILD)/demo
 .PHONY: demo
@@ -208,9 +221,11 @@ demo:
 	$(MAKE) all
 	@mkdir -p $(DEMO_DIR)
 	@status=0; \
-	$(ORCH_BIN) submit contrib/examples/demo.yaml --backend local --jobs 2 \
-	    --db $(DEMO_DIR)/hearth.db --runs-dir $(DEMO_DIR)/runs || status=$$?; \
-	$(ORCH_BIN) top demo --db $(DEMO_DIR)/hearth.db || status=$$?; \
+	for spec in demo demo-layouts; do \
+	    $(ORCH_BIN) submit contrib/examples/$$spec.yaml --backend local --jobs 2 \
+	        --db $(DEMO_DIR)/hearth.db --runs-dir $(DEMO_DIR)/runs || status=$$?; \
+	    $(ORCH_BIN) top $$spec --db $(DEMO_DIR)/hearth.db || status=$$?; \
+	done; \
 	exit $$status
 
 clean:

@@ -86,7 +86,7 @@ endif
 # its `rm` line would follow the test summary).
 .SECONDARY:
 
-.PHONY: FORCE all test test-unit test-san bench deps install clean cuda gpu-tests
+.PHONY: FORCE all test test-unit test-full test-san bench deps install clean cuda gpu-tests
 all: $(ALL)
 
 $(BUILD)/obj/%.o: %.c
@@ -187,6 +187,12 @@ test: all $(TEST_BINS) $(GPU_BINS)
 
 test-unit: $(TEST_BINS)
 	@BUILD=$(BUILD) tests/run.sh $(TEST_BINS)
+
+# Every valid combination of the layout space of tests/unit/test_ptrain.c against the
+# single-rank run (about 6,000 layouts: hours on 2 cores; `make test` runs an all-pairs
+# cover of the same space plus named corner cases).
+test-full: $(BUILD)/tests/test_ptrain
+	HEARTH_TEST_FULL=1 $(BUILD)/tests/test_ptrain
 
 # Unit tests under AddressSanitizer + UndefinedBehaviorSanitizer.
 test-san:

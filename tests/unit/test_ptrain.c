@@ -38,7 +38,7 @@
 #define STEPS 3
 #define TOL 1e-5
 #define TOL_ZERO_INIT 1e-4
-#define MAX_KV 24
+#define MAX_KV 32
 
 static const char *base_yaml =
     "train:\n"
@@ -324,6 +324,162 @@ static void test_moe_layouts(void **state)
     run_cases(moe_cases, sizeof moe_cases / sizeof moe_cases[0]);
 }
 
+/* ---- the layout space: all pairs, or the whole product ------------------------------
+ * Each dimension's values are comma-separated overrides; "ranks" and the batch are
+ * derived (ranks = tp x pp x dp; global batch = micro batches per DP rank x dp).  A
+ * combination is valid when the run-config rules accept it (the same rule table the
+ * orchestrator prunes with).  make test runs a greedy all-pairs cover of the valid
+ * combinations: every pair of values of two dimensions that some valid combination
+ * has is in at least one case. */
+enum { D_MODEL, D_TP, D_PP, D_DP, D_EP, D_SP, D_ENC, D_OFFLOAD, D_BALANCE, D_DISTOPT,
+       D_FREEZE, D_MICRO, N_DIMS };
+
+static const char *const dim_vals[N_DIMS][6] = {
+    [D_MODEL] = { "model=tiny-vlm", "model=tiny-vlm-moe" },
+    [D_TP] = { "parallel.tp=1", "parallel.tp=2", "parallel.tp=4" },
+    [D_PP] = { "parallel.pp=1", "parallel.pp=2", "parallel.pp=2,parallel.vpp=2" },
+    [D_DP] = { "parallel.dp=1", "parallel.dp=2" },
+    [D_EP] = { "parallel.ep=1", "parallel.ep=2" },
+    [D_SP] = { "parallel.sp=false", "parallel.sp=true" },
+    [D_ENC] = { "parallel.encoder.strategy=uniform",
+                "parallel.encoder.strategy=hetero_tp,parallel.encoder.tp=1",
+                "parallel.encoder.strategy=hetero_tp,parallel.encoder.tp=2",
+                "parallel.encoder.strategy=hetero_dp,parallel.encoder.tp=1",
+                "parallel.encoder.strategy=full_separation,parallel.encoder.tp=1" },
+    [D_OFFLOAD] = { "parallel.encoder.offload=false", "parallel.encoder.offload=true" },
+    [D_BALANCE] = { "parallel.encoder.balance=false", "parallel.encoder.balance=true" },
+    [D_DISTOPT] = { "parallel.distributed_optimizer=false",
+                    "parallel.distributed_optimizer=true" },
+    [D_FREEZE] = { "model.encoder.freeze=false", "model.encoder.freeze=true" },
+    /* micro batches per DP rank: 3 is not a multiple of a model-parallel size > 1 */
+    [D_MICRO] = { "3", "4" },
+};
+
+static int dim_count(int d)
+{
+    int n = 0;
+    while (n < 6 && dim_vals[d][n])
+        n++;
+    return n;
+}
+
+/* The overrides of combination `pick`, split into kv[] over `buf`. */
+static int combo_kv(const int *pick, char *buf, size_t cap, const char **kv)
+{
+    int tp = 1 << pick[D_TP], pp = pick[D_PP] ? 2 : 1, dp = pick[D_DP] + 1;
+    int micro = atoi(dim_vals[D_MICRO][pick[D_MICRO]]);
+    int len = snprintf(buf, cap, "ranks=%d,train.micro_batch=1,train.global_batch=%d",
+                       tp * pp * dp, micro * dp);
+    for (int d = 0; d < N_DIMS; d++)
+        if (d != D_MICRO)
+            len += snprintf(buf + len, cap - (size_t)len, ",%s", dim_vals[d][pick[d]]);
+    int n = 0;
+    for (char *tok = strtok(buf, ","); tok && n < MAX_KV; tok = strtok(NULL, ","))
+        kv[n++] = tok;
+    return n;
+}
+
+typedef struct {
+    int (*pick)[N_DIMS];
+    int n, cap;
+} combo_list;
+
+/* Every valid combination, in odometer order. */
+static void combos_valid(combo_list *out)
+{
+    int pick[N_DIMS] = { 0 };
+    run_config *c = calloc(1, sizeof *c);
+    assert_non_null(c);
+    memset(out, 0, sizeof *out);
+    for (;;) {
+        char buf[1024];
+        const char *kv[MAX_KV];
+        int n = combo_kv(pick, buf, sizeof buf, kv);
+        hearth_err err = { { 0 } };
+        if (make_config(c, kv, n, &err) == 0) {
+            if (out->n == out->cap) {
+                out->cap = out->cap ? 2 * out->cap : 256;
+                out->pick = realloc(out->pick, (size_t)out->cap * sizeof *out->pick);
+                assert_non_null(out->pick);
+            }
+            memcpy(out->pick[out->n++], pick, sizeof pick);
+        }
+        int d = N_DIMS - 1;
+        while (d >= 0 && ++pick[d] == dim_count(d))
+            pick[d--] = 0;
+        if (d < 0)
+            break;
+    }
+    free(c);
+}
+
+/* Index of the pair (dimension a value va, dimension b value vb), a < b. */
+#define PAIR_INDEX(a, va, b, vb) ((((a) * N_DIMS + (b)) * 6 + (va)) * 6 + (vb))
+#define N_PAIRS (N_DIMS * N_DIMS * 36)
+
+/* Greedy all-pairs cover of the valid combinations: indices into all, in pick order. */
+static int combos_all_pairs(const combo_list *all, int *chosen)
+{
+    static unsigned char feasible[N_PAIRS], covered[N_PAIRS];
+    memset(feasible, 0, sizeof feasible);
+    memset(covered, 0, sizeof covered);
+    for (int i = 0; i < all->n; i++)
+        for (int a = 0; a < N_DIMS; a++)
+            for (int b = a + 1; b < N_DIMS; b++)
+                feasible[PAIR_INDEX(a, all->pick[i][a], b, all->pick[i][b])] = 1;
+    int n = 0;
+    for (;;) {
+        int best = -1, best_gain = 0;
+        for (int i = 0; i < all->n; i++) {
+            int gain = 0;
+            for (int a = 0; a < N_DIMS; a++)
+                for (int b = a + 1; b < N_DIMS; b++) {
+                    int p = PAIR_INDEX(a, all->pick[i][a], b, all->pick[i][b]);
+                    gain += feasible[p] && !covered[p];
+                }
+            if (gain > best_gain) {
+                best_gain = gain;
+                best = i;
+            }
+        }
+        if (best < 0)
+            return n;
+        chosen[n++] = best;
+        for (int a = 0; a < N_DIMS; a++)
+            for (int b = a + 1; b < N_DIMS; b++)
+                covered[PAIR_INDEX(a, all->pick[best][a], b, all->pick[best][b])] = 1;
+    }
+}
+
+static int run_combo(const int *pick)
+{
+    char buf[1024];
+    const char *kv[MAX_KV];
+    int n = combo_kv(pick, buf, sizeof buf, kv);
+    return check_layout(kv, n);
+}
+
+/* make test: the all-pairs cover; HEARTH_TEST_FULL=1 (make test-full): every valid
+ * combination. */
+static void test_layout_space(void **state)
+{
+    (void)state;
+    combo_list all;
+    combos_valid(&all);
+    int *chosen = calloc((size_t)all.n + 1, sizeof *chosen);
+    assert_non_null(chosen);
+    int full = getenv("HEARTH_TEST_FULL") && atoi(getenv("HEARTH_TEST_FULL"));
+    int n = full ? all.n : combos_all_pairs(&all, chosen);
+    print_message("# layout space: %d valid combinations; running %s (%d)\n", all.n,
+                  full ? "all of them" : "an all-pairs cover", n);
+    int bad = 0;
+    for (int i = 0; i < n; i++)
+        bad += run_combo(all.pick[full ? i : chosen[i]]);
+    free(chosen);
+    free(all.pick);
+    assert_int_equal(bad, 0);
+}
+
 /* HEARTH_TEST_LAYOUT="k=v,k=v,...": one layout, for debugging. */
 static void test_env_layout(void **state)
 {
@@ -344,10 +500,14 @@ static void test_env_layout(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_env_layout),
+    int one = getenv("HEARTH_TEST_LAYOUT") != NULL;
+    const struct CMUnitTest all[] = {
         cmocka_unit_test(test_dense_layouts),
         cmocka_unit_test(test_moe_layouts),
+        cmocka_unit_test(test_layout_space),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    const struct CMUnitTest env[] = {
+        cmocka_unit_test(test_env_layout),
+    };
+    return one ? cmocka_run_group_tests(env, NULL, NULL) : cmocka_run_group_tests(all, NULL, NULL);
 }

@@ -65,8 +65,8 @@ BENCH_BINS := $(patsubst contrib/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 # GPU test and benchmark programs (tests/gpu, contrib/bench/*.cu): plain TAP/table
 # printers linked with nvcc against the kernel libraries only (no libyaml or cmocka, which
 # the GPU machine lacks).  Without a device the test prints one skipped case.
-GPU_TEST_BIN  := $(BUILD)/tests/gpu/test_kernels_gpu
-GPU_BENCH_BIN := $(BUILD)/bench/bench_gemm_gpu
+GPU_TEST_BINS  := $(patsubst tests/gpu/%.cu,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/test_*.cu))
+GPU_BENCH_BINS := $(patsubst contrib/bench/%.cu,$(BUILD)/bench/%,$(wildcard contrib/bench/*.cu))
 CUDA_LDLIBS    = -lcublasLt -lgomp -lm
 GPU_BINS      :=
 
@@ -77,7 +77,7 @@ ALL += $(LIB_CUDA)
 # Not under SAN=1: nvcc links without the sanitizer runtime that libhearth_kernels.a
 # then needs (and ASan under CUDA needs its own settings).
 ifneq ($(SAN),1)
-GPU_BINS := $(GPU_TEST_BIN) $(GPU_BENCH_BIN)
+GPU_BINS := $(GPU_TEST_BINS) $(GPU_BENCH_BINS)
 endif
 endif
 endif
@@ -147,11 +147,11 @@ cuda: $(if $(CUDA_SRC),$(LIB_CUDA))
 
 gpu-tests: $(GPU_BINS)
 
-$(GPU_TEST_BIN): $(BUILD)/obj/tests/gpu/test_kernels_gpu.o $(LIB_CUDA) $(LIB_KERNELS)
+$(GPU_TEST_BINS): $(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o $(LIB_CUDA) $(LIB_KERNELS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $^ -o $@ $(CUDA_LDLIBS)
 
-$(GPU_BENCH_BIN): $(BUILD)/obj/contrib/bench/bench_gemm_gpu.o $(LIB_CUDA) $(LIB_KERNELS)
+$(GPU_BENCH_BINS): $(BUILD)/bench/%: $(BUILD)/obj/contrib/bench/%.o $(LIB_CUDA) $(LIB_KERNELS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $^ -o $@ $(CUDA_LDLIBS)
 
@@ -181,7 +181,7 @@ test: all $(TEST_BINS) $(GPU_BINS)
 	$(SLURM_DBD_TEST_ENV) contrib/slurm-local/start.sh || \
 	    echo "make test: the accounting test Slurm cluster did not start: its tests will fail"; \
 	$(SLURM_TEST_ENV) HEARTH_SLURM_DBD_DIR=$(SLURM_DBD_TEST_DIR) BUILD=$(BUILD) \
-	    tests/run.sh $(TEST_BINS) $(filter $(GPU_TEST_BIN),$(GPU_BINS)) $(CLI_TESTS); rc=$$?; \
+	    tests/run.sh $(TEST_BINS) $(filter $(GPU_TEST_BINS),$(GPU_BINS)) $(CLI_TESTS); rc=$$?; \
 	$(SLURM_TEST_ENV) contrib/slurm-local/stop.sh >/dev/null 2>&1 & \
 	$(SLURM_DBD_TEST_ENV) contrib/slurm-local/stop.sh >/dev/null 2>&1; wait; exit $$rc
 

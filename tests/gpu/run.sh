@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# tests/gpu/run.sh - what runs on the GPU machine: builds the CUDA kernels, the GPU test
-# and the GEMM benchmark (make gpu-tests), runs the test twice (two fresh seeds: a
-# result that moves between runs is a race), optionally under compute-sanitizer, then
-# the benchmark, and prints a pass/fail table.  Logs go to $OUT (or build/gpu-out).
+# tests/gpu/run.sh - what runs on the GPU machine: builds the CUDA kernels, the GPU tests
+# (tests/gpu/test_*.cu) and benchmarks (contrib/bench/*_gpu.cu) with make gpu-tests, runs
+# every test twice (two fresh seeds: a result that moves between runs is a race),
+# optionally under compute-sanitizer, then the benchmarks, and prints a pass/fail table.
+# Logs go to $OUT (or build/gpu-out).
 #   tests/gpu/run.sh            test + memcheck + benchmark
 #   BENCH=0 tests/gpu/run.sh    test only
 set -u
@@ -18,26 +19,41 @@ if ! make -j"$(nproc)" gpu-tests >"$out/build.log" 2>&1; then
     exit 1
 fi
 status=0
+tests=$(ls build/tests/gpu/test_* 2>/dev/null)
 for run in 1 2; do
-    build/tests/gpu/test_kernels_gpu >"$out/test$run.log" 2>&1 || status=1
+    for t in $tests; do
+        "$t" >"$out/$(basename "$t").$run.log" 2>&1 || status=1
+    done
 done
 if [ "${MEMCHECK:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
-    timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
-        build/tests/gpu/test_kernels_gpu >"$out/memcheck.log" 2>&1
-    echo "compute-sanitizer memcheck exit $? (log: memcheck.log; last lines:)"
-    tail -3 "$out/memcheck.log"
+    for t in $tests; do
+        timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
+            "$t" >"$out/$(basename "$t").memcheck.log" 2>&1
+        echo "compute-sanitizer memcheck $(basename "$t"): exit $? (last lines:)"
+        tail -2 "$out/$(basename "$t").memcheck.log"
+    done
 fi
 if [ "${BENCH:-1}" = 1 ]; then
-    build/bench/bench_gemm_gpu >"$out/bench.log" 2>&1 || status=1
-    cat "$out/bench.log"
+    for b in build/bench/*_gpu; do
+        [ -x "$b" ] || continue
+        "$b" >"$out/$(basename "$b").log" 2>&1 || status=1
+        cat "$out/$(basename "$b").log"
+    done
 fi
+pass=0 fail=0 skip=0
 for run in 1 2; do
-    echo "== test run $run: $(grep -m1 '^# device' "$out/test$run.log")"
-    awk '/^(not )?ok /{ st = ($1 == "ok") ? "PASS" : "FAIL"; if ($0 ~ /# SKIP/) st = "SKIP";
-                        name = $0; sub(/^(not )?ok [0-9]+ - /, "", name); sub(/ #.*/, "", name);
-                        note = $0; if (!sub(/^[^#]*# ?/, "", note)) note = "";
-                        printf "%-18s %-4s %s\n", name, st, note }' "$out/test$run.log"
-    grep -E '^# (replay|.*relative L2|.*error|.*returned)' "$out/test$run.log" | head -20
-    echo "$(grep -c '^ok ' "$out/test$run.log") passed, $(grep '^not ok ' "$out/test$run.log" | grep -cv '# SKIP') failed, $(grep -c '^not ok .*# SKIP' "$out/test$run.log") skipped"
+    for t in $tests; do
+        log="$out/$(basename "$t").$run.log"
+        echo "== $(basename "$t") run $run: $(grep -m1 '^# device' "$log")"
+        awk '/^(not )?ok /{ st = ($1 == "ok") ? "PASS" : "FAIL"; if ($0 ~ /# SKIP/) st = "SKIP";
+                            name = $0; sub(/^(not )?ok [0-9]+ - /, "", name); sub(/ #.*/, "", name);
+                            note = $0; if (!sub(/^[^#]*# ?/, "", note)) note = "";
+                            printf "%-28s %-4s %s\n", name, st, note }' "$log"
+        grep -E '^# (replay|.*relative L2|.*error|.*returned)' "$log" | head -20
+        pass=$((pass + $(grep -c '^ok ' "$log")))
+        fail=$((fail + $(grep '^not ok ' "$log" | grep -cv '# SKIP')))
+        skip=$((skip + $(grep -c '^not ok .*# SKIP' "$log")))
+    done
 done
+echo "$pass passed, $fail failed, $skip skipped"
 exit $status

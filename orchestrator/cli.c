@@ -92,6 +92,33 @@ static const hcli_opt export_opts[] = {
     { NULL, 0, NULL, NULL, NULL },
 };
 
+static const hcli_opt select_opts[] = {
+    { "model", 0, "M", NULL, "model preset" },
+    { "seq", 0, "S", NULL, "fp8: token count the policy is for (required); encoder: "
+      "sequence length (default the run config's)" },
+    { "gpu", 0, "NAME", NULL, "fp8: layer benchmarks of this GPU (default the newest set)" },
+    { "threshold", 0, "X", NULL, "fp8: least speedup that earns FP8 (default 1.05)" },
+    { "allow", 0, "LIST", NULL, "fp8: also allow FP8 for lm_head, router, edges (first and "
+      "last decoder layer), comma-separated" },
+    { "out", 'o', "FILE", NULL, "fp8: the policy file to write (required)" },
+    { "gpus", 0, "N", NULL, "encoder: ranks (required)" },
+    { "layout", 0, "K=V,...", NULL, "encoder: fix the decoder layout and batch (tp, pp, vpp, "
+      "cp, ep, sp, micro_batch, global_batch); default: every tp x pp" },
+    { "device", 0, "DEV", "cuda|cpu", "encoder: device of the runs to match (default cuda)" },
+    { "repeat", 0, "N", NULL, "encoder: runs per point in the printed sweep (default 3)" },
+    { "format", 0, "FMT", "table|csv|json", "encoder: " FORMAT_HELP },
+    { NULL, 0, NULL, NULL, NULL },
+};
+
+static const hcli_opt bench_opts[] = {
+    { "model", 0, "M", NULL, "layers: model preset to benchmark" },
+    { "backend", 0, "NAME", "local|slurm|slurmrest", "layers: where the benchmark runs "
+      "(default local)" },
+    { "trainer", 0, "PATH", NULL, "layers: hearth-train to run (default the one beside "
+      "hearth)" },
+    { NULL, 0, NULL, NULL, NULL },
+};
+
 const hcli_cmd hcli_commands[] = {
     { "plan", "SPEC", 1, 1, "expand a spec into points: kept, pruned (with the rule), skipped",
       "Expands the experiment spec's matrix, checks every point against the layout rules "
@@ -124,6 +151,17 @@ const hcli_cmd hcli_commands[] = {
       cmd_top },
     { "export", "EXP", 1, 1, "every run of an experiment with all fields and config keys",
       NULL, export_opts, cmd_export },
+    { "bench", "ingest FILE...|layers", 1, -1, "record layer benchmarks (layer_bench.json)",
+      "`bench ingest FILE...` records layer_bench.json files (docs/select.md); the same "
+      "file twice is recorded once.  `bench layers --model M` runs `hearth-train "
+      "--bench-layers` and records its file.", bench_opts, cmd_bench },
+    { "select", "fp8|encoder", 1, 1, "choose an FP8 policy or an encoder layout from "
+      "measurements",
+      "`select fp8 --model M --seq S --out FILE` writes the selective FP8 policy that the "
+      "newest layer benchmarks of M support.  `select encoder --model M --gpus N` ranks "
+      "the encoder layouts by measured tokens/s of completed runs, the cost model filling "
+      "in where none ran, and prints the sweep that would measure the rest.  Both record "
+      "the decision with its evidence (docs/select.md).", select_opts, cmd_select },
     { NULL, NULL, 0, 0, NULL, NULL, NULL, NULL },
 };
 

@@ -18,6 +18,8 @@ int cmd_show(hcli_ctx *c);
 int cmd_compare(hcli_ctx *c);
 int cmd_top(hcli_ctx *c);
 int cmd_export(hcli_ctx *c);
+int cmd_bench(hcli_ctx *c);
+int cmd_select(hcli_ctx *c);
 
 /* Running an experiment's sweep (submit, resume): in the foreground, or in a detached
  * runner (its log in EXP_DIR/runner.log) when `detach`. */

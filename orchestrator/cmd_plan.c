@@ -7,6 +7,7 @@
 #include "cmd.h"
 #include "plan.h"
 #include "runs_db.h"
+#include "select_auto.h"
 #include "spec.h"
 
 typedef struct {
@@ -39,7 +40,20 @@ int cmd_plan(hcli_ctx *c)
         return hcli_fail(c, rc, &err);
     }
     completed_ctx cc = { db, s->name };
+    char runs_dir[4096], policy_dir[4200];
+    select_auto *sa = NULL;
+    if (!(rc = hcli_runs_dir(c, runs_dir, sizeof runs_dir, &err))) {
+        snprintf(policy_dir, sizeof policy_dir, "%s/policies", runs_dir);
+        rc = select_auto_create(&sa, db, s, policy_dir, 0, 1, &err);
+    }
+    if (rc) {
+        db_close(db);
+        spec_free(s);
+        return hcli_fail(c, rc, &err);
+    }
     plan_opts opts = { 0 };
+    opts.resolve_auto = select_auto_resolve;
+    opts.auto_ctx = sa;
     opts.already_completed = db ? completed_in_experiment : NULL;
     opts.completed_ctx = &cc;
     opts.force = hcli_flag(c, "force");
@@ -47,14 +61,16 @@ int cmd_plan(hcli_ctx *c)
     memset(&r, 0, sizeof r);
     rc = plan_collect(s, &opts, &r, &err);
     if (!rc) {
-        if (fmt && strcmp(fmt, "json") == 0)
-            rc = plan_format_json(&r, stdout);
-        else
-            rc = plan_format_table(&r, stdout);
-        if (rc || fflush(stdout))
+        int wrc = fmt && strcmp(fmt, "json") == 0 ? plan_format_json(&r, stdout)
+                                                   : plan_format_table(&r, stdout);
+        /* the auto values' evidence and the cost estimate follow the table */
+        if (!wrc && !(fmt && strcmp(fmt, "json") == 0))
+            rc = select_auto_print(sa, &r, stdout, &err);
+        if (!rc && (wrc || fflush(stdout)))
             rc = herr_set(&err, HERR_IO, "writing the plan failed");
     }
     plan_result_free(&r);
+    select_auto_free(sa);
     db_close(db);
     spec_free(s);
     return rc ? hcli_fail(c, rc, &err) : HCLI_EXIT_OK;

@@ -17,6 +17,7 @@
 #include "plan.h"
 #include "render.h"
 #include "runs_db.h"
+#include "select_auto.h"
 #include "spec.h"
 #include "sweep.h"
 
@@ -281,6 +282,8 @@ int cmd_submit(hcli_ctx *c)
     const char *backend_name = hcli_get(c, "backend") ? hcli_get(c, "backend") : "local";
     int dry = hcli_flag(c, "dry-run"), code = HCLI_EXIT_OK;
     backend *probe = NULL;
+    select_auto *sa = NULL;   /* `auto` values of the spec (docs/select.md) */
+    char policy_dir[PATH_MAX + 16];
 
     /* --rest-url / --rest-token-file become the environment variables they stand for, so
      * that every backend_open of this process (and of a detached runner) finds them.  The
@@ -359,9 +362,16 @@ int cmd_submit(hcli_ctx *c)
     po.already_completed = db ? completed_in_experiment : NULL;
     po.completed_ctx = &cc;
     po.force = hcli_flag(c, "force");
+    snprintf(policy_dir, sizeof policy_dir, "%s/policies", runs_dir);
+    if ((rc = select_auto_create(&sa, db, s, policy_dir, !dry, 0, &err)))
+        goto fail;
+    po.resolve_auto = select_auto_resolve;
+    po.auto_ctx = sa;
     plan_counts pc;
     memset(&pc, 0, sizeof pc);
     rc = plan_run(s, &po, create_point, &cc, &pc, &err);
+    if (!rc && !dry)
+        rc = select_auto_record(sa, s->name, &err);
     if (rc)
         goto fail;
     fprintf(stderr, "hearth: %s: %llu points: %llu kept, %llu pruned, %llu skipped; %ld new "
@@ -392,6 +402,7 @@ int cmd_submit(hcli_ctx *c)
 fail:
     code = hcli_fail(c, rc, &err);
 done:
+    select_auto_free(sa);
     backend_free(probe);
     db_close(db);
     spec_free(s);

@@ -361,6 +361,9 @@ int plan_run(const spec *s, const plan_opts *opts, plan_point_fn cb, void *ctx,
     static const plan_opts no_opts;
     if (!opts)
         opts = &no_opts;
+    if (s->any_auto && !opts->resolve_auto)
+        return herr_set(err, HERR_CONFIG, "%s: `auto` values are resolved from the results "
+                        "database, which this plan has no access to", s->file);
     plan_counts cnt;
     memset(&cnt, 0, sizeof cnt);
     planner *pl = malloc(sizeof *pl);
@@ -396,6 +399,9 @@ int plan_run(const spec *s, const plan_opts *opts, plan_point_fn cb, void *ctx,
             break;
         }
         int rrc = resolve(pl, &pt);
+        if (!rrc && opts->resolve_auto &&
+            (rc = opts->resolve_auto(opts->auto_ctx, &pt, &pl->cfg, err)))
+            break;
         p->config = &pl->cfg;
         p->res = pl->res;
         hearth_err rule_err;

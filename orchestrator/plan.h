@@ -68,6 +68,11 @@ typedef struct {
     void *completed_ctx;
     int force;                  /* ignore completed runs (in-spec duplicates still skip) */
     int no_hash;                /* skip hashing and dedup (validity only: faster) */
+    /* Called for every point whose config resolved, before the layout rules: resolves the
+     * spec's `auto` values (select_auto.h) and may change *cfg.  A spec with `auto` values
+     * (spec.any_auto) cannot be planned without it. */
+    int (*resolve_auto)(void *ctx, const expand_point *pt, run_config *cfg, hearth_err *err);
+    void *auto_ctx;
 } plan_opts;
 
 /* Called for every point; a non-zero return stops the plan and is returned by plan_run. */

@@ -302,6 +302,76 @@ void spec_value_typed(const yaml_tree_node *n, const char *text, const char *key
     }
 }
 
+/* `auto` values that the orchestrator resolves from the results database at plan time
+ * (docs/select.md): the run config itself does not accept them, so the node is given the
+ * key's default as a placeholder (what the shape module reads) while the spec value keeps
+ * its text "auto" (what plan's hook and expressions see). */
+static const struct { const char *key; const char *placeholder; unsigned bit; } auto_keys[] = {
+    { "parallel.encoder.strategy", "uniform", SPEC_AUTO_ENCODER },
+    { "precision.fp8", "off", SPEC_AUTO_FP8 },
+};
+
+/* The SPEC_AUTO_* bit when `n` is an unquoted `auto` of a key resolved at plan time. */
+static unsigned auto_bit(const char *key, const yaml_tree_node *n)
+{
+    if (!n || n->kind != YAML_TREE_SCALAR || n->quoted || strcmp(n->text, "auto") != 0)
+        return 0;
+    for (size_t i = 0; i < sizeof auto_keys / sizeof auto_keys[0]; i++)
+        if (strcmp(key, auto_keys[i].key) == 0)
+            return auto_keys[i].bit;
+    return 0;
+}
+
+/* Gives an `auto` node its placeholder; the original text stays alive (owned), since a
+ * spec value may point at it. */
+static int claim_auto(reader *r, unsigned bit, const yaml_tree_node *cn)
+{
+    yaml_tree_node *n = (yaml_tree_node *)cn;   /* the spec owns its tree */
+    const char *ph = NULL;
+    for (size_t i = 0; i < sizeof auto_keys / sizeof auto_keys[0]; i++)
+        if (auto_keys[i].bit == bit)
+            ph = auto_keys[i].placeholder;
+    char *copy = strdup(ph), *orig = n->text;
+    if (!copy)
+        return nomem(r);
+    n->text = copy;
+    n->len = strlen(copy);
+    if (!own(r, orig))   /* own freed it: the spec is being abandoned anyway */
+        return nomem(r);
+    r->s->any_auto |= bit;
+    return 0;
+}
+
+/* `auto` in base: nested (parallel: {encoder: {strategy: auto}}) or a dotted key. */
+static int claim_base_auto(reader *r, const yaml_tree_node *base)
+{
+    for (size_t i = 0; i < sizeof auto_keys / sizeof auto_keys[0]; i++) {
+        const char *key = auto_keys[i].key;
+        const yaml_tree_node *n = yaml_tree_get(base, key), *m = base;
+        const char *p = key;
+        while (!n && m) {
+            char part[64];
+            size_t len = strcspn(p, ".");
+            snprintf(part, sizeof part, "%.*s", (int)len, p);
+            const yaml_tree_node *next = yaml_tree_get(m, part);
+            if (!p[len]) {
+                n = next;
+                break;
+            }
+            m = next;
+            p += len + 1;
+        }
+        unsigned bit = auto_bit(key, n);
+        if (bit) {
+            int rc = claim_auto(r, bit, n);
+            if (rc)
+                return rc;
+            r->s->base_auto |= bit;
+        }
+    }
+    return 0;
+}
+
 /* Types are worked out once here: a sweep reads them for every point. */
 static int make_value(reader *r, const char *key, const yaml_tree_node *n, spec_value *v)
 {
@@ -318,7 +388,8 @@ static int make_value(reader *r, const char *key, const yaml_tree_node *n, spec_
         v->text = buf;
     }
     spec_value_typed(n, v->text, key, &v->typed);
-    return 0;
+    unsigned bit = auto_bit(key, n);
+    return bit ? claim_auto(r, bit, n) : 0;
 }
 
 static int is_list_type(const field_desc *f)
@@ -331,6 +402,8 @@ static int is_list_type(const field_desc *f)
 static int check_value(reader *r, const char *where, const char *key, const yaml_tree_node *n)
 {
     char got[96];
+    if (auto_bit(key, n))
+        return 0;
     if (spec_key_is_resource(key)) {
         const char *rk = key + 10;
         if (in_list(resource_int_keys, rk)) {
@@ -949,6 +1022,8 @@ static int read_spec(reader *r)
             if ((rc = expect_kind(r, k, v, YAML_TREE_MAP, "a run config (a mapping)")))
                 return rc;
             s->base = v;
+            if ((rc = claim_base_auto(r, v)))
+                return rc;
         } else if (strcmp(k, "resources") == 0) {
             if ((rc = read_resources(r, v)))
                 return rc;

@@ -92,6 +92,12 @@ typedef struct {
 
 typedef enum { SPEC_AFTER_OK = 0, SPEC_AFTER_ANY = 1 } spec_after_on;
 
+/* Keys whose value may be `auto`, resolved by plan's resolve_auto hook from the results
+ * database (docs/select.md): the spec value keeps the text "auto", the YAML node reads as
+ * the key's default (uniform, off) for the shape module. */
+#define SPEC_AUTO_ENCODER 1u     /* parallel.encoder.strategy (with encoder tp and offload) */
+#define SPEC_AUTO_FP8 2u         /* precision.fp8 (with precision.fp8_policy) */
+
 typedef struct spec {
     yaml_tree *tree;
     const char *file;                 /* name used in messages */
@@ -115,6 +121,8 @@ typedef struct spec {
     const char *after_experiment;     /* NULL when absent */
     spec_after_on after_on;
     int after_line, after_col;
+    unsigned base_auto;               /* SPEC_AUTO_* bits that `base` sets to auto */
+    unsigned any_auto;                /* ... that base or any swept value sets to auto */
     /* private */
     char **owned;                     /* strings the spec allocated (flow texts, where) */
     int n_owned, cap_owned;

@@ -21,6 +21,8 @@ packages=(
     munge             # Slurm's authentication
     slurmrestd        # Slurm's REST API (slurmrest backend; start.sh --rest)
     slurm-wlm-jwt-plugin  # auth/jwt: slurmrestd's clients authenticate with `scontrol token`
+    slurmdbd          # Slurm's accounting daemon: sacct works (start.sh --with-dbd)
+    mariadb-server    # slurmdbd's database (a throw-away datadir under the cluster's directory)
 )
 
 missing=()

@@ -17,9 +17,17 @@
  * BACKEND_REQUEUE so that the sweep resubmits within its retries.  A job squeue no longer
  * knows ended: RUN_DIR/exit_code, or vanished.
  *
+ * With accounting (AccountingStorageType other than accounting_storage/none in `scontrol
+ * show config`, read once with MaxArraySize): the jobs that ended without an exit code file
+ * and those squeue no longer knows go to one batched `sacct` per cycle instead, which knows
+ * a job's end state, exit code and nodes however long ago it ended.  sacct lags slurmctld
+ * by a second or more (array tasks: several): a job it does not list as ended yet stays
+ * tracked for up to ACCT_WAIT_S more.  When
+ * sacct fails (slurmdbd down), that cycle falls back to scontrol.
+ *
  * Poll cost: one squeue per cycle for all tracked jobs, at most one cycle per poll interval
- * ($HEARTH_SLURM_POLL_MS, default 2000 ms); scontrol only when a job ended without an exit
- * code file. */
+ * ($HEARTH_SLURM_POLL_MS, default 2000 ms); one sacct (or, without accounting, one
+ * scontrol) only when a job ended without an exit code file. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -43,7 +51,14 @@ typedef struct {
     char job_id[BACKEND_JOB_ID_MAX];
     char *run_dir;
     int cancelled;
+    double acct_since;        /* monotonic seconds since when it waits for sacct to list it
+                                 as ended (accounting lags); 0: not waiting */
 } sjob;
+
+/* How long a job that ended without an exit code file waits for sacct to list it before
+ * it is reported with what squeue and the run directory say.  Slurm 22.05 sends a plain
+ * job's end to slurmdbd within about a second, an array task's within several. */
+#define ACCT_WAIT_S 30.0
 
 typedef struct {
     backend base;
@@ -53,6 +68,8 @@ typedef struct {
     double last_query;        /* monotonic seconds of the last squeue; 0: none yet */
     int failures;             /* squeue failures in a row */
     long max_array;           /* MaxArraySize from `scontrol show config`; 0: not read yet */
+    int accounting;           /* the cluster keeps accounting (sacct works); valid once
+                                 max_array > 0 */
     unsigned arrays;          /* arrays submitted by this process (unique directory names) */
 } slurm_backend;
 
@@ -166,6 +183,41 @@ static int nodelist_ok(const char *s)
            == 0;
 }
 
+/* "ID1,ID2,...": a job list for squeue/sacct --jobs (malloc'd; NULL when out of memory). */
+static char *join_ids(char *const *ids, size_t n)
+{
+    size_t len = 1;
+    for (size_t i = 0; i < n; i++)
+        len += strlen(ids[i]) + 1;
+    char *list = malloc(len);
+    if (!list)
+        return NULL;
+    list[0] = 0;
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++)
+        off += (size_t)sprintf(list + off, "%s%s", i ? "," : "", ids[i]);
+    return list;
+}
+
+/* Splits `line` at '|' in place into f[0..n): f[k] is NULL past the last field. */
+static void split_bars(char *line, char **f, int n)
+{
+    f[0] = line;
+    for (int k = 1; k < n; k++) {
+        char *bar = f[k - 1] ? strchr(f[k - 1], '|') : NULL;
+        if (bar)
+            *bar = 0;
+        f[k] = bar ? bar + 1 : NULL;
+    }
+}
+
+/* Slurm's "EXIT:SIGNAL" pair (scontrol's and sacct's ExitCode) to an exit code: 128 + the
+ * signal for a job killed by one, else the exit status. */
+static int exit_pair_code(int ec, int sig)
+{
+    return sig ? 128 + sig : ec;
+}
+
 /* One squeue for the given job ids: fills state[i] (slurm_state; UNKNOWN when squeue does not
  * know the job) and, when `failed_nodes` is not NULL, failed_nodes[i] with the job's node
  * list when it ended by NODE_FAIL or BOOT_FAIL (a node's fault), else "".  Returns 0, 1 when
@@ -181,16 +233,9 @@ static int query_states(char *const *ids, size_t n, int *state, char (*failed_no
     }
     if (n == 0)
         return 0;
-    size_t len = 1;
-    for (size_t i = 0; i < n; i++)
-        len += strlen(ids[i]) + 1;
-    char *list = malloc(len);
+    char *list = join_ids(ids, n);
     if (!list)
         return herr_set(err, HERR_NOMEM, "out of memory");
-    list[0] = 0;
-    size_t off = 0;
-    for (size_t i = 0; i < n; i++)
-        off += (size_t)sprintf(list + off, "%s%s", i ? "," : "", ids[i]);
     /* --array: one line per array task, pending ones too (else "123_[4-9]"). */
     char *argv[] = { "squeue", "--noheader", "--array", "--states=all", "--jobs", list,
                      "--format=%i %T %N", NULL };
@@ -257,10 +302,62 @@ static void query_exit_codes(char *const *ids, size_t n, int *code)
             continue;
         for (size_t i = 0; i < n; i++)
             if (strcmp(ids[i], id) == 0)
-                code[i] = sig ? 128 + sig : ec;
+                code[i] = exit_pair_code(ec, sig);
     }
     free(out);
     free(etxt);
+}
+
+/* What accounting says of ended jobs, from one `sacct` for all of them (--allocations: one
+ * line per job or array task, ARRAYJOB_TASK; of jobs that share an id after slurmctld
+ * started afresh, sacct lists the newest).  For each ids[i] it lists: found[i] = 1,
+ * state[i] (slurm_state), code[i] (exit code, 128 + signal when killed by one) and, for a
+ * node's fault (NODE_FAIL, BOOT_FAIL), nodes[i] = its node list; otherwise found[i] = 0.
+ * Returns 0, or 1 when sacct failed (slurmdbd unreachable: the caller falls back). */
+static int query_acct(char *const *ids, size_t n, int *found, int *state, int *code,
+                      char (*nodes)[256])
+{
+    for (size_t i = 0; i < n; i++) {
+        found[i] = 0;
+        nodes[i][0] = 0;
+    }
+    char *list = join_ids(ids, n);
+    if (!list)
+        return 1;
+    char *argv[] = { "sacct", "--noheader", "--parsable2", "--allocations", "--jobs", list,
+                     "--format=JobID,State,ExitCode,NodeList", NULL };
+    char *out = NULL, *etxt = NULL;
+    int status = 0;
+    hearth_err e;
+    int rc = run_cmd(argv, &out, &etxt, &status, &e);
+    free(list);
+    if (rc)
+        return 1;
+    if (status != 0) {
+        free(out);
+        free(etxt);
+        return 1;
+    }
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        /* JobID|State|ExitCode|NodeList; State may read "CANCELLED by 0". */
+        char *f[4];
+        split_bars(line, f, 4);
+        int ec = 0, sig = 0;
+        if (!f[3] || sscanf(f[2], "%d:%d", &ec, &sig) < 1)
+            continue;
+        for (size_t i = 0; i < n; i++) {
+            if (found[i] || strcmp(ids[i], f[0]) != 0)
+                continue;
+            found[i] = 1;
+            state[i] = slurm_state_classify(f[1]);
+            code[i] = exit_pair_code(ec, sig);
+            if ((!strcmp(f[1], "NODE_FAIL") || !strcmp(f[1], "BOOT_FAIL")) && nodelist_ok(f[3]))
+                snprintf(nodes[i], 256, "%s", f[3]);
+        }
+    }
+    free(out);
+    free(etxt);
+    return 0;
 }
 
 /* Runs per task of the array in ARRAY_DIR: ARRAY_DIR/pack (resources.pack), else 1. */
@@ -346,14 +443,8 @@ static int find_by_name(const backend_job *job, char id_out[BACKEND_JOB_ID_MAX],
     snprintf(want_comment, sizeof want_comment, "hearth:%s", job->run_id);
     long long best = -1, best_task = -1;
     for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
-        char *f[4] = { line, NULL, NULL, NULL };
-        for (int k = 1; k < 4; k++) {
-            char *bar = f[k - 1] ? strchr(f[k - 1], '|') : NULL;
-            if (bar) {
-                *bar = 0;
-                f[k] = bar + 1;
-            }
-        }
+        char *f[4];
+        split_bars(line, f, 4);
         if (!f[3] || slurm_state_classify(f[1]) != SLURM_ST_ALIVE)
             continue;
         long long id = -1, task = -1;
@@ -585,12 +676,14 @@ static int slurm_submit(backend *b, const backend_job *job, void *tag,
 
 /* ---- job arrays ---------------------------------------------------------------------------- */
 
-/* MaxArraySize (array task ids are 0 .. MaxArraySize-1), read once. */
+/* MaxArraySize (array task ids are 0 .. MaxArraySize-1) and whether the cluster keeps
+ * accounting, from one `scontrol show config`, read once. */
 static long max_array_size(slurm_backend *sb)
 {
     if (sb->max_array > 0)
         return sb->max_array;
     sb->max_array = 1001;   /* Slurm's default */
+    sb->accounting = 0;
     char *argv[] = { "scontrol", "show", "config", NULL };
     char *out = NULL, *etxt = NULL;
     int status = 0;
@@ -601,6 +694,10 @@ static long max_array_size(slurm_backend *sb)
     long v = 0;
     if (p && (p = strchr(p, '=')) && sscanf(p + 1, "%ld", &v) == 1 && v > 0)
         sb->max_array = v;
+    char acct[128] = "";
+    if (status == 0 && (p = strstr(out, "\nAccountingStorageType")) && (p = strchr(p, '=')))
+        sscanf(p + 1, " %127s", acct);
+    sb->accounting = acct[0] && strcmp(acct, "accounting_storage/none") != 0;
     free(out);
     free(etxt);
     return sb->max_array;
@@ -813,6 +910,50 @@ static int slurm_track(backend *b, const backend_job *job, const char *job_id, v
     return 1;
 }
 
+/* The end of jobs ids[need[0..nn)] that squeue alone cannot tell (no exit code file; with
+ * accounting also those it no longer knows): with accounting, from one sacct (a job sacct
+ * does not list as ended yet stays alive for up to ACCT_WAIT_S); else, or when sacct
+ * failed, exit codes from one scontrol.  Updates st, codes and failed.  Returns 0, or 1
+ * when out of memory. */
+static int settle_ended(slurm_backend *sb, char *const *ids, const size_t *need, size_t nn,
+                        int *st, int *codes, char (*failed)[256])
+{
+    char **nid = malloc(nn * sizeof *nid);
+    int *found = malloc(nn * sizeof *found), *ast = malloc(nn * sizeof *ast);
+    int *acode = malloc(nn * sizeof *acode);
+    char (*anodes)[256] = malloc(nn * sizeof *anodes);
+    if (!nid || !found || !ast || !acode || !anodes) {
+        free(nid); free(found); free(ast); free(acode); free(anodes);
+        return 1;
+    }
+    for (size_t k = 0; k < nn; k++)
+        nid[k] = ids[need[k]];
+    if (sb->accounting && query_acct(nid, nn, found, ast, acode, anodes) == 0) {
+        for (size_t k = 0; k < nn; k++) {
+            size_t i = need[k];
+            /* Listed but not ended there (accounting has not caught up), or not listed. */
+            if (!found[k] || ast[k] == SLURM_ST_ALIVE || ast[k] == SLURM_ST_UNKNOWN) {
+                double now = backend_clock_s();
+                if (sb->jobs[i].acct_since == 0)
+                    sb->jobs[i].acct_since = now;
+                if (now - sb->jobs[i].acct_since < ACCT_WAIT_S)
+                    st[i] = SLURM_ST_ALIVE;   /* ask again next cycle */
+                continue;
+            }
+            st[i] = ast[k];
+            codes[i] = acode[k];
+            if (anodes[k][0] && !failed[i][0])
+                snprintf(failed[i], 256, "%s", anodes[k]);
+        }
+    } else {
+        query_exit_codes(nid, nn, acode);
+        for (size_t k = 0; k < nn; k++)
+            codes[need[k]] = acode[k];
+    }
+    free(nid); free(found); free(ast); free(acode); free(anodes);
+    return 0;
+}
+
 static int slurm_poll(backend *b, int timeout_ms, backend_event *ev, size_t cap, size_t *n,
                       hearth_err *err)
 {
@@ -824,7 +965,7 @@ static int slurm_poll(backend *b, int timeout_ms, backend_event *ev, size_t cap,
     char **ids = malloc((m ? m : 1) * sizeof *ids);
     int *st = malloc((m ? m : 1) * sizeof *st);
     int *codes = malloc((m ? m : 1) * sizeof *codes);
-    char **need = malloc((m ? m : 1) * sizeof *need);
+    size_t *need = malloc((m ? m : 1) * sizeof *need);
     char (*failed)[256] = malloc((m ? m : 1) * sizeof *failed);
     if (!ids || !st || !codes || !need || !failed) {
         free(ids); free(st); free(codes); free(need); free(failed);
@@ -846,7 +987,9 @@ static int slurm_poll(backend *b, int timeout_ms, backend_event *ev, size_t cap,
         return rc;
     }
     sb->failures = 0;
-    /* Ended without an exit code file: one scontrol for all of them. */
+    max_array_size(sb);   /* whether the cluster keeps accounting (read once) */
+    /* Ended without an exit code file (with accounting: or unknown to squeue): one sacct,
+     * else one scontrol, for all of them.  need[] holds their indices. */
     size_t nn = 0;
     for (size_t i = 0; i < m; i++) {
         int dummy;
@@ -856,18 +999,20 @@ static int slurm_poll(backend *b, int timeout_ms, backend_event *ev, size_t cap,
         if (st[i] != SLURM_ST_UNKNOWN && pack_run_done(sb->jobs[i].run_dir, ids[i]) &&
             slurm_job_exit_code(sb->jobs[i].run_dir, ids[i], &dummy))
             st[i] = SLURM_ST_DONE;
-        if (st[i] != SLURM_ST_ALIVE && !slurm_job_exit_code(sb->jobs[i].run_dir, ids[i], &dummy) &&
-            st[i] != SLURM_ST_UNKNOWN)
-            need[nn++] = ids[i];
+        if (st[i] == SLURM_ST_ALIVE)
+            continue;
+        int no_file = !slurm_job_exit_code(sb->jobs[i].run_dir, ids[i], &dummy);
+        if (sb->accounting ? (no_file || st[i] == SLURM_ST_UNKNOWN)
+                           : (no_file && st[i] != SLURM_ST_UNKNOWN))
+            need[nn++] = (size_t)i;
     }
-    int *ncodes = NULL;
-    if (nn && (ncodes = malloc(nn * sizeof *ncodes))) {
-        query_exit_codes(need, nn, ncodes);
-        for (size_t i = 0, k = 0; i < m && k < nn; i++)
-            if (ids[i] == need[k])
-                codes[i] = ncodes[k++];
+    if (nn) {
+        rc = settle_ended(sb, ids, need, nn, st, codes, failed);
+        if (rc) {
+            free(ids); free(st); free(codes); free(need); free(failed);
+            return herr_set(err, HERR_NOMEM, "out of memory");
+        }
     }
-    free(ncodes);
     /* Report the ended ones; ids point into jobs[], so collect first, then compact. */
     size_t w = 0;
     for (size_t i = 0; i < m; i++) {

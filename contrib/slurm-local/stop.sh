@@ -18,23 +18,31 @@ while [ $# -gt 0 ]; do
 done
 [ -d "$DIR/run" ] || { [ -n "$purge" ] && rm -rf "$DIR"; exit 0; }
 
-pids=()
-# slurmrestd and slurmd first (they run the jobs), then slurmctld, then munged.
-for f in "$DIR/run/slurmrestd.pid" "$DIR"/run/slurmd-*.pid "$DIR/run/slurmctld.pid" "$DIR/run/munged.pid"; do
-    [ -f "$f" ] || continue
-    p=$(cat "$f" 2>/dev/null)
-    if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then
-        kill -TERM "$p" 2>/dev/null && pids+=("$p")
-    fi
-    rm -f "$f"
-done
-for _ in $(seq 100); do
-    left=()
-    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && left+=("$p"); done
-    [ "${#left[@]}" -eq 0 ] && break
-    sleep 0.1
-done
-for p in "${left[@]}"; do kill -KILL "$p" 2>/dev/null; done
+# slurmrestd and slurmd first (they run the jobs), then slurmctld, then slurmdbd and its
+# MariaDB (start.sh --with-dbd), then munged.  One group at a time: slurmctld sends its last
+# records to slurmdbd as it ends, slurmdbd writes them to MariaDB.
+stop_group() {
+    local f p pids=() left=()
+    for f in "$@"; do
+        [ -f "$f" ] || continue
+        p=$(cat "$f" 2>/dev/null)
+        if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then
+            kill -TERM "$p" 2>/dev/null && pids+=("$p")
+        fi
+        rm -f "$f"
+    done
+    for _ in $(seq 100); do
+        left=()
+        for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && left+=("$p"); done
+        [ "${#left[@]}" -eq 0 ] && break
+        sleep 0.1
+    done
+    for p in "${left[@]}"; do kill -KILL "$p" 2>/dev/null; done
+}
+stop_group "$DIR/run/slurmrestd.pid" "$DIR"/run/slurmd-*.pid "$DIR/run/slurmctld.pid"
+stop_group "$DIR/run/slurmdbd.pid"
+stop_group "$DIR/run/mariadb.pid"
+stop_group "$DIR/run/munged.pid"
 [ -n "$purge" ] && rm -rf "$DIR"
 echo "slurm-local: stopped ($DIR)" >&2
 exit 0

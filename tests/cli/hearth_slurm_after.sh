@@ -7,12 +7,8 @@
 # later one runs after it (its StartTime is not before the first's EndTime).
 set -u
 cd "$(dirname "$0")/../.."
-. tests/cli/lib.sh
-. tests/cli/hearth_common.bash
 . tests/cli/hearth_slurm_common.bash
-hearth_tmp slurm-after
-make_trainer
-slurm_setup slafter
+slurm_test slurm-after slafter
 
 tap_plan 3
 

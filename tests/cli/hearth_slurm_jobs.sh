@@ -6,12 +6,8 @@
 # array task), and `hearth resume` follows it to its end: nothing is submitted twice.
 set -u
 cd "$(dirname "$0")/../.."
-. tests/cli/lib.sh
-. tests/cli/hearth_common.bash
 . tests/cli/hearth_slurm_common.bash
-hearth_tmp slurm-jobs
-make_trainer
-slurm_setup sljobs
+slurm_test slurm-jobs sljobs
 
 tap_plan 9
 

@@ -6,18 +6,10 @@
 # is kept off the failed node (sbatch --exclude, ExcNodeList in scontrol show job).
 set -u
 cd "$(dirname "$0")/../.."
-. tests/cli/lib.sh
-. tests/cli/hearth_common.bash
 . tests/cli/hearth_slurm_common.bash
-hearth_tmp slurm-nodefail
-make_trainer
-slurm_setup slnode
+slurm_test slurm-nodefail slnode
 
 tap_plan 4
-
-down_node=
-# Whatever happens, the node comes back for the tests that follow.
-trap '[ -n "$down_node" ] && scontrol update nodename="$down_node" state=resume >/dev/null 2>&1; slurm_cleanup; hearth_cleanup' EXIT
 
 cat >n.yaml <<EOF
 name: slnode
@@ -28,9 +20,8 @@ EOF
 : >hold
 run_h sub submit n.yaml --backend slurm --detach
 wait_for 30 test -e runs/slnode/slnode-1/.held
-down_node=$(cat runs/slnode/slnode-1/nodes 2>/dev/null)
-failed_node=$down_node
-scontrol update nodename="$down_node" state=down reason=hearth-test
+failed_node=$(cat runs/slnode/slnode-1/nodes 2>/dev/null)
+slurm_node_down "$failed_node"
 # The run goes running -> requeued -> submitted again (attempt 2); then let it finish.
 wait_for 60 bash -c "[ \"\$(sqlite3 -cmd '.timeout 10000' '$T/h.db' \"select attempts from runs where run_id = 'slnode-1'\")\" = 2 ]"
 # Slurm kills the first attempt's processes asynchronously: release the hold only once they
@@ -42,7 +33,7 @@ run_h w wait slnode --timeout 90
 # Read the second attempt's job while slurmctld still remembers it (MinJobAge).
 job2=$(sql "select backend_job_id from runs where run_id = 'slnode-1'")
 exc=$(scontrol --oneliner show job "$job2" 2>&1)
-scontrol update nodename="$down_node" state=resume >/dev/null 2>&1 && down_node=
+slurm_node_resume
 
 diag() {
     sql "select r.run_id, e.to_state, e.exit_code, e.note from run_events e join runs r on r.id = e.run order by e.id"

@@ -8,14 +8,8 @@
 # are requeued (and submitted again, each alone off the failed node).
 set -u
 cd "$(dirname "$0")/../.."
-. tests/cli/lib.sh
-. tests/cli/hearth_common.bash
 . tests/cli/hearth_slurm_common.bash
-hearth_tmp slurm-pack
-slurm_setup slpack
-down_node=
-# Whatever happens, the node set down below comes back for the tests that follow.
-trap '[ -n "$down_node" ] && scontrol update nodename="$down_node" state=resume >/dev/null 2>&1; slurm_cleanup; hearth_cleanup' EXIT
+slurm_test slurm-pack slpack
 
 tap_plan 7
 
@@ -145,10 +139,9 @@ lst=$(ls runs/slpack-n/arrays/*/runs 2>/dev/null | head -1)
 first=$(sed -n 1p "$lst" 2>/dev/null); first=$(basename "${first:-none}")
 second=$(sed -n 2p "$lst" 2>/dev/null); second=$(basename "${second:-none}")
 third=$(sed -n 3p "$lst" 2>/dev/null); third=$(basename "${third:-none}")
-down_node=$(cat "$held/nodes" 2>/dev/null)
-failed_node=$down_node
+failed_node=$(cat "$held/nodes" 2>/dev/null)
 echo "# $(date +%T) node down" >&2
-[ -n "$down_node" ] && scontrol update nodename="$down_node" state=down reason=hearth-test
+[ -n "$failed_node" ] && slurm_node_down "$failed_node"
 both_twice() {
     [ "$(sqlite3 -cmd '.timeout 10000' "$T/h.db" "select count(*) from runs where run_id in ('$second', '$third') and attempts = 2")" = 2 ]
 }
@@ -159,7 +152,7 @@ wait_for 30 grep -q 'ended with status' "runs/slpack-n/$second/attempt-1/stdout.
 echo "# $(date +%T) attempt 1 ended" >&2
 rm -f hold
 run_h nw wait slpack-n --timeout 120
-[ -n "$down_node" ] && scontrol update nodename="$down_node" state=resume >/dev/null 2>&1 && down_node=
+[ -n "$SLURM_DOWN_NODE" ] && slurm_node_resume
 
 ndiag() {
     echo "held $held; order $first $second $third"

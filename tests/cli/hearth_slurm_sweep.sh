@@ -6,11 +6,8 @@
 # live jobs, counted through a wrapper on PATH.
 set -u
 cd "$(dirname "$0")/../.."
-. tests/cli/lib.sh
-. tests/cli/hearth_common.bash
 . tests/cli/hearth_slurm_common.bash
-hearth_tmp slurm-sweep
-slurm_setup slsweep
+slurm_test slurm-sweep slsweep
 
 tap_plan 6
 

@@ -8,24 +8,9 @@
 # database and in none of hearth's output; a token file that others may read is refused.
 set -u
 cd "$(dirname "$0")/../.."
-. tests/cli/lib.sh
-. tests/cli/hearth_common.bash
 . tests/cli/hearth_slurm_common.bash
-hearth_tmp slurmrest
-make_trainer
-slurm_setup slrest
-
-REST_PORT=${HEARTH_SLURM_REST_PORT:-}
-TOKEN_FILE=$SLURM_DIR/rest/token
-if [ -z "$REST_PORT" ] || [ ! -s "$TOKEN_FILE" ]; then
-    echo "1..1"
-    echo "not ok 1 - slurmrestd of the test cluster (HEARTH_SLURM_REST_PORT=$REST_PORT, $TOKEN_FILE; start it with contrib/slurm-local/start.sh --rest PORT)"
-    exit 1
-fi
-export HEARTH_SLURMREST_URL=http://127.0.0.1:$REST_PORT
-export HEARTH_SLURMREST_TOKEN_FILE=$TOKEN_FILE
-TOKEN=$(cat "$TOKEN_FILE")
-RESTLOG=$SLURM_DIR/log/slurmrestd.log
+slurm_test slurmrest slrest
+slurmrest_setup
 
 tap_plan 9
 

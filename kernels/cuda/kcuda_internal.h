@@ -83,4 +83,83 @@ __device__ __forceinline__ float kcuda_ld(const __nv_bfloat16 *p) { return __bfl
 __device__ __forceinline__ void kcuda_st(float *p, float v) { *p = v; }
 __device__ __forceinline__ void kcuda_st(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 
+/* ---- W-element access (elementwise/normalisation kernels) ----------------------
+ * kcuda_ldw<W>/kcuda_stw<W> move W consecutive elements to/from fp32 registers: one
+ * scalar access for W = 1, one 16-byte access for W = 16 / sizeof(T) (the pointer must
+ * then be 16-byte aligned).  Kernels templated on W pick the vector width on the host
+ * with kcuda_vec_ok. */
+template <typename T>
+struct kcuda_vec {
+    enum { n = 16 / sizeof(T) };
+};
+
+__device__ __forceinline__ void kcuda_ld16(float *f, const float *p)
+{
+    float4 v = *(const float4 *)p;
+    f[0] = v.x;
+    f[1] = v.y;
+    f[2] = v.z;
+    f[3] = v.w;
+}
+
+__device__ __forceinline__ void kcuda_ld16(float *f, const __nv_bfloat16 *p)
+{
+    uint4 v = *(const uint4 *)p;
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 t = __bfloat1622float2(h[i]);
+        f[2 * i] = t.x;
+        f[2 * i + 1] = t.y;
+    }
+}
+
+__device__ __forceinline__ void kcuda_st16(float *p, const float *f)
+{
+    *(float4 *)p = make_float4(f[0], f[1], f[2], f[3]);
+}
+
+__device__ __forceinline__ void kcuda_st16(__nv_bfloat16 *p, const float *f)
+{
+    uint4 v;
+    __nv_bfloat162 *h = (__nv_bfloat162 *)&v;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    *(uint4 *)p = v;
+}
+
+template <int W, typename T>
+__device__ __forceinline__ void kcuda_ldw(float *f, const T *p)
+{
+    if constexpr (W == 1)
+        f[0] = kcuda_ld(p);
+    else
+        kcuda_ld16(f, p);
+}
+
+template <int W, typename T>
+__device__ __forceinline__ void kcuda_stw(T *p, const float *f)
+{
+    if constexpr (W == 1)
+        kcuda_st(p, f[0]);
+    else
+        kcuda_st16(p, f);
+}
+
+/* 16-byte access is possible for rows of C elements at these pointers (NULL ignored). */
+template <typename T>
+static inline bool kcuda_vec_ok(long C, const void *a, const void *b = 0, const void *c = 0,
+                                const void *d = 0, const void *e = 0)
+{
+    const void *ps[5] = {a, b, c, d, e};
+    if (C % kcuda_vec<T>::n)
+        return false;
+    for (int i = 0; i < 5; i++)
+        if (((size_t)ps[i] & 15) != 0)
+            return false;
+    return true;
+}
+/* ---- end of W-element access ---- */
+
 #endif

@@ -3,7 +3,8 @@
  *
  * Every Slurm command runs through fork/exec with an argument vector (never a shell), so
  * no value from a spec can inject anything: the job's resources become sbatch options
- * on the command line (--job-name, --comment, --cpus-per-task, --time, --output...).
+ * on the command line (--job-name, --comment, --cpus-per-task, --time, --output...; a cuda
+ * run's --nodes, --ntasks-per-node and --gpus-per-node from RUN_DIR/job.json's launch).
  * The commands are found on PATH (a test counts squeue calls through a wrapper there).
  *
  * The run id travels as the job name (and in the comment, "hearth:RUN_ID"), so a job that
@@ -581,13 +582,21 @@ static void av_free(argvec *a)
     free(a->v);
 }
 
-/* The options every job of ours gets from its resources: one task of cpus_per_task threads
- * on one node, the time limit, partition/account/qos/constraint, then resources.sbatch as
- * they are.  Each is one argument: nothing goes through a shell. */
+/* The options every job of ours gets from its resources: a CPU run is one task of
+ * cpus_per_task threads on one node; a cuda run (rj->gpus_per_node > 0) is one task per GPU
+ * on resources.nodes nodes, which the job script starts with `srun --mpi=pmix`
+ * (templates/sbatch.sh.tmpl); then the time limit, partition/account/qos/constraint, then
+ * resources.sbatch as they are.  Each is one argument: nothing goes through a shell. */
 static void resource_args(argvec *a, const backend_job *job, const rundir_job *rj)
 {
-    av_add(a, "--nodes=1");
-    av_add(a, "--ntasks=1");
+    if (rj && rj->gpus_per_node > 0) {
+        av_add(a, "--nodes=%d", rj->nodes > 1 ? rj->nodes : 1);
+        av_add(a, "--ntasks-per-node=%d", rj->gpus_per_node);
+        av_add(a, "--gpus-per-node=%d", rj->gpus_per_node);
+    } else {
+        av_add(a, "--nodes=1");
+        av_add(a, "--ntasks=1");
+    }
     /* hearth resubmits after a node failure itself, bounded by `retries`: Slurm must not
      * requeue behind its back (the job would come back under the same id). */
     av_add(a, "--no-requeue");
@@ -714,7 +723,7 @@ static int same_shape(const backend_job *a, const rundir_job *ra, const backend_
 {
     if (a->cpus_per_task != b->cpus_per_task || a->time_limit_s != b->time_limit_s ||
         a->max_concurrent != b->max_concurrent || !same_str(a->dependency, b->dependency) ||
-        ra->pack != rb->pack ||
+        ra->pack != rb->pack || ra->nodes != rb->nodes || ra->gpus_per_node != rb->gpus_per_node ||
         !same_str(ra->partition, rb->partition) ||
         !same_str(ra->account, rb->account) || !same_str(ra->qos, rb->qos) ||
         !same_str(ra->constraint, rb->constraint) || ra->n_sbatch != rb->n_sbatch)

@@ -234,6 +234,10 @@ static int create_point(void *ctx, const plan_point *p)
     j.sbatch = (char **)cc->s->resources.sbatch;
     j.retry_timeout = cc->s->resources.retry_timeout;   /* not a matrix key either */
     j.pack = cc->s->resources.pack > 1 ? (int)cc->s->resources.pack : 1;   /* nor this */
+    /* A CPU run is one task on one node; a cuda run one task per GPU (rundir.h). */
+    int cuda = p->config->device == DEVICE_CUDA;
+    j.nodes = cuda ? (int)p->res.nodes : 1;
+    j.gpus_per_node = cuda ? (int)p->res.gpus_per_node : 0;
     for (long i = 0; !rc && i < n; i++) {
         rc = sweep_create_run(cc->db, &j, json, cc->exp_dir, cc->tmpl_name, cc->tmpl, NULL,
                               cc->err);

@@ -348,6 +348,37 @@ static void split_rule(const char *msg, char *name, size_t name_size, char *reas
     snprintf(reason, reason_size, "%s", p);
 }
 
+/* Rule ranks_match_gpus, the orchestrator's own (it concerns resources, which the run
+ * config does not know): a cuda run is one rank per GPU, so its ranks are resources.nodes
+ * x resources.gpus_per_node.  resolve() sets them so; a `ranks` written in the base or the
+ * point that disagrees is pruned here rather than silently replaced.  Returns 1 with the
+ * message in reason when the point breaks the rule. */
+static int cuda_ranks_broken(const planner *pl, const expand_point *pt, const run_config *cfg,
+                             char *reason, size_t size)
+{
+    if (cfg->device != DEVICE_CUDA)
+        return 0;
+    int64_t nodes = pl->res.nodes, gpus = pl->res.gpus_per_node;
+    if (nodes < 1 || gpus < 1 || nodes > (1 << 20) || gpus > (1 << 20) ||
+        nodes * gpus >= (1 << 30)) {
+        snprintf(reason, size, "device cuda runs one rank per GPU: resources.nodes %lld x "
+                 "resources.gpus_per_node %lld is not a usable number of ranks",
+                 (long long)nodes, (long long)gpus);
+        return 1;
+    }
+    const spec_value *v = expand_point_get(pt, "ranks");
+    const yaml_tree_node *n = v ? v->node : yaml_tree_get(pl->s->base, "ranks");
+    int64_t given = 0;
+    if (n && yaml_tree_as_int(n, &given) == 1 && given != nodes * gpus) {
+        snprintf(reason, size, "device cuda runs one rank per GPU: ranks %lld must equal "
+                 "resources.nodes %lld x resources.gpus_per_node %lld = %lld (or leave ranks "
+                 "out)", (long long)given, (long long)nodes, (long long)gpus,
+                 (long long)(nodes * gpus));
+        return 1;
+    }
+    return 0;
+}
+
 /* ---- the plan ------------------------------------------------------------------------- */
 
 typedef struct {
@@ -413,6 +444,10 @@ int plan_run(const spec *s, const plan_opts *opts, plan_point_fn cb, void *ctx,
             p->status = PLAN_PRUNED;
             snprintf(pb->rule, sizeof pb->rule, "shape");
             snprintf(p->reason, sizeof p->reason, "%s", pl->rerr.msg);
+            p->rule = pb->rule;
+        } else if (cuda_ranks_broken(pl, &pt, &pl->cfg, p->reason, sizeof p->reason)) {
+            p->status = PLAN_PRUNED;
+            snprintf(pb->rule, sizeof pb->rule, "ranks_match_gpus");
             p->rule = pb->rule;
         } else if (run_config_check_rules(&pl->cfg, &rule_err)) {
             p->status = PLAN_PRUNED;

@@ -121,6 +121,8 @@ int rundir_job_copy(rundir_job *out, const rundir_job *in, hearth_err *err)
     out->retry_timeout = in->retry_timeout;
     out->pack = in->pack;
     out->after_any = in->after_any;
+    out->nodes = in->nodes;
+    out->gpus_per_node = in->gpus_per_node;
     int rc = dup_str(&out->run_id, in->run_id) || dup_str(&out->experiment, in->experiment) ||
              dup_str(&out->backend, in->backend) || dup_str(&out->trainer, in->trainer) ||
              dup_str(&out->workdir, in->workdir) ||
@@ -162,15 +164,17 @@ static json_t *job_to_json(const rundir_job *j)
     json_t *slurm = json_pack("{s:s?, s:s?, s:s?, s:s?, s:o, s:i}", "partition", j->partition,
                               "account", j->account, "qos", j->qos, "constraint",
                               j->constraint, "sbatch", sb, "pack", j->pack > 1 ? j->pack : 1);
+    json_t *launch = json_pack("{s:i, s:i}", "nodes", j->nodes > 1 ? j->nodes : 1,
+                               "gpus_per_node", j->gpus_per_node > 0 ? j->gpus_per_node : 0);
     return json_pack("{s:s?, s:s?, s:s?, s:s?, s:s?, s:o, s:s?, s:i, s:I, s:i, s:i, s:i, s:b, "
-                     "s:o, s:o}",
+                     "s:o, s:o, s:o}",
                      "run_id", j->run_id, "experiment", j->experiment, "backend", j->backend,
                      "trainer", j->trainer, "workdir", j->workdir, "setup", setup,
                      "config_hash", j->config_hash, "cpus_per_task", j->cpus_per_task,
                      "time_limit_s", (json_int_t)j->time_limit_s, "retries", j->retries,
                      "repeat", j->repeat, "max_concurrent", j->max_concurrent,
                      "retry_timeout", j->retry_timeout != 0, "after", after,
-                     "slurm", slurm);
+                     "slurm", slurm, "launch", launch);
 }
 
 static int get_str(json_t *o, const char *key, char **out, int required, const char *path,
@@ -271,6 +275,17 @@ int rundir_job_read(const char *run_dir, rundir_job *j, hearth_err *err)
         j->after_any = on && strcmp(on, "any") == 0;
         free(on);
     }
+    /* launch: absent in a job.json written before CUDA runs existed, i.e. a CPU run. */
+    int64_t nodes = 1, gpus = 0;
+    json_t *launch = rc ? NULL : json_object_get(o, "launch");
+    if (!rc && launch && !json_is_object(launch))
+        rc = herr_set(err, HERR_CONFIG, "%s: launch: expected a mapping", path);
+    if (!rc && launch)
+        rc = get_int(launch, "nodes", &nodes, 1, path, err);
+    if (!rc && launch)
+        rc = get_int(launch, "gpus_per_node", &gpus, 0, path, err);
+    j->nodes = (int)(nodes > 1000000 ? 1000000 : nodes);
+    j->gpus_per_node = (int)(gpus > 1000000 ? 1000000 : gpus);
     json_t *slurm = rc ? NULL : json_object_get(o, "slurm");
     j->pack = 1;
     if (!rc && slurm && json_is_object(slurm)) {
@@ -347,11 +362,13 @@ static int check_round_trip(const char *path, const char *yaml, const char *want
 static int job_vars_render(const rundir_job *j, const char *run_dir, const char *tmpl_name,
                            const char *tmpl, char **script, hearth_err *err)
 {
-    char config[4200], cpus[32];
+    char config[4200], cpus[32], nodes[32], gpus[32];
     int rc = rundir_path(config, sizeof config, run_dir, "run.yaml", err);
     if (rc)
         return rc;
     snprintf(cpus, sizeof cpus, "%d", j->cpus_per_task);
+    snprintf(nodes, sizeof nodes, "%d", j->nodes > 1 ? j->nodes : 1);
+    snprintf(gpus, sizeof gpus, "%d", j->gpus_per_node > 0 ? j->gpus_per_node : 0);
     size_t setup_len = 1;
     for (int i = 0; i < j->n_setup; i++)
         setup_len += strlen(j->setup[i]) + 6;
@@ -371,6 +388,8 @@ static int job_vars_render(const rundir_job *j, const char *run_dir, const char 
         { "WORKDIR", j->workdir, 0 },
         { "CONFIG_HASH", j->config_hash, 0 },
         { "CPUS_PER_TASK", cpus, 0 },
+        { "NODES", nodes, 0 },
+        { "GPUS_PER_NODE", gpus, 0 },   /* 0: a CPU run (one task); else one task per GPU */
         { "SETUP", setup, 1 },   /* resources.setup: shell lines by design */
     };
     rc = render_template(tmpl_name, tmpl, vars, sizeof vars / sizeof vars[0], script, err);

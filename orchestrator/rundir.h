@@ -47,6 +47,12 @@ typedef struct {
     char **sbatch;
     int pack;                 /* resources.pack (job.json slurm.pack; absent: 1): up to this
                                  many runs of one shape run one after another in one job */
+    /* How the trainer is launched (job.json "launch"; absent: a CPU run).  A CPU run is one
+     * task of cpus_per_task threads on one node: nodes 1, gpus_per_node 0.  A device cuda
+     * run is one task per GPU: resources.nodes x resources.gpus_per_node tasks (ranks),
+     * started by `srun --mpi=pmix` on Slurm. */
+    int nodes;                /* >= 1 */
+    int gpus_per_node;        /* 0: a CPU run */
 } rundir_job;
 
 void rundir_job_free(rundir_job *j);

@@ -4,7 +4,7 @@
 # directory.  Safe to run again: a running, healthy instance is left as it is.
 #
 #   contrib/slurm-local/start.sh [--dir DIR] [--port-base PORT] [--nodes K] [--cpus C]
-#                                [--max-array-size N] [--rest PORT] [--with-dbd]
+#                                [--gpus G] [--max-array-size N] [--rest PORT] [--with-dbd]
 #   then: export SLURM_CONF=DIR/slurm.conf      (or: . DIR/env.sh)
 #
 # --rest PORT also starts slurmrestd on 127.0.0.1:PORT with JWT authentication (as user
@@ -14,7 +14,8 @@
 #
 # Options have environment equivalents (options win): HEARTH_SLURM_DIR (/tmp/hearth-slurm),
 # HEARTH_SLURM_PORT_BASE (16817: slurmctld; slurmd use the next K ports),
-# HEARTH_SLURM_NODES (2), HEARTH_SLURM_CPUS (CPUs per node, 2),
+# HEARTH_SLURM_NODES (2), HEARTH_SLURM_CPUS (CPUs per node, 2), HEARTH_SLURM_GPUS
+# (simulated GPUs per node: gres gpu on stand-in device files; 2),
 # HEARTH_SLURM_MAX_ARRAY_SIZE (1001), HEARTH_SLURM_MIN_JOB_AGE (300 s),
 # HEARTH_SLURM_SLURMD_TIMEOUT (300 s), HEARTH_SLURM_REST_PORT (none),
 # HEARTH_SLURM_TOKEN_LIFESPAN (86400 s), HEARTH_SLURM_DBD (1: --with-dbd).  Two instances
@@ -28,6 +29,7 @@ DIR=${HEARTH_SLURM_DIR:-/tmp/hearth-slurm}
 PORT=${HEARTH_SLURM_PORT_BASE:-16817}
 NODES=${HEARTH_SLURM_NODES:-2}
 CPUS=${HEARTH_SLURM_CPUS:-2}
+GPUS=${HEARTH_SLURM_GPUS:-2}
 MAXARR=${HEARTH_SLURM_MAX_ARRAY_SIZE:-1001}
 MINAGE=${HEARTH_SLURM_MIN_JOB_AGE:-300}
 SDTIMEOUT=${HEARTH_SLURM_SLURMD_TIMEOUT:-300}
@@ -41,15 +43,17 @@ while [ $# -gt 0 ]; do
     --port-base) PORT=$2; shift 2 ;;
     --nodes) NODES=$2; shift 2 ;;
     --cpus) CPUS=$2; shift 2 ;;
+    --gpus) GPUS=$2; shift 2 ;;
     --max-array-size) MAXARR=$2; shift 2 ;;
     --rest) REST=$2; shift 2 ;;
     --with-dbd) DBD=1; shift ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "start.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
 case "$DIR" in /*) ;; *) DIR=$(pwd)/$DIR ;; esac
 case "$REST" in ''|[0-9]*) ;; *) echo "start.sh: --rest $REST: expected a port number" >&2; exit 2 ;; esac
+case "$GPUS" in [1-9]|[1-9][0-9]) ;; *) echo "start.sh: --gpus $GPUS: expected a number of GPUs per node (1-99)" >&2; exit 2 ;; esac
 
 say() { echo "slurm-local: $*" >&2; }
 die() { say "$*"; for f in "$DIR"/log/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }; done; exit 1; }
@@ -172,10 +176,26 @@ last=$((PORT + NODES))
 if ! alive slurmctld; then
     sed -e "s|@DIR@|$DIR|g" -e "s|@CLUSTER@|hearth$PORT|g" -e "s|@CTLD_PORT@|$PORT|g" \
         -e "s|@NODES@|$NODES|g" -e "s|@SLURMD_PORTS@|$((PORT + 1))-$last|g" -e "s|@CPUS@|$CPUS|g" \
+        -e "s|@GPUS@|$GPUS|g" \
         -e "s|@MAX_ARRAY_SIZE@|$MAXARR|g" -e "s|@MIN_JOB_AGE@|$MINAGE|g" \
         -e "s|@SLURMD_TIMEOUT@|$SDTIMEOUT|g" -e "s|@AUTH_ALT@|$alt|" -e "s|@ACCOUNTING@|$acct|" \
         "$here/slurm.conf.in" >"$DIR/slurm.conf.tmp"
     chmod 644 "$DIR/slurm.conf.tmp"
+    # gres.conf (read from slurm.conf's directory): simulated GPUs.  Slurm 22.05 drops a
+    # GPU without File= ("Removing file-less GPU"), and logs an error for a File= that is
+    # not a device, so each GPU is a character device file DIR/gpu/nvidiaI made like
+    # /dev/null (a plain file where mknod is not allowed: still counted, with that error).
+    mkdir -p "$DIR/gpu"
+    for i in $(seq 0 $((GPUS - 1))); do
+        [ -e "$DIR/gpu/nvidia$i" ] || mknod "$DIR/gpu/nvidia$i" c 1 3 2>/dev/null ||
+            : >"$DIR/gpu/nvidia$i"
+    done
+    files=nvidia0
+    [ "$GPUS" -eq 1 ] || files="nvidia[0-$((GPUS - 1))]"
+    printf '# gres.conf of a throw-away Hearth test cluster, written by start.sh: simulated GPUs\nName=gpu File=%s\n' \
+        "$DIR/gpu/$files" >"$DIR/gres.conf.tmp"
+    chmod 644 "$DIR/gres.conf.tmp"
+    mv -f "$DIR/gres.conf.tmp" "$DIR/gres.conf"
     mv -f "$DIR/slurm.conf.tmp" "$DIR/slurm.conf"
 fi
 cat >"$DIR/env.sh" <<ENV

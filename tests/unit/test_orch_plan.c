@@ -291,6 +291,19 @@ static int check_equiv(void *ctx, const plan_point *p)
             strcmp(pool[rp->key[i]].values[rp->val[i]], "cuda") == 0)
             cuda = 1;
     if (cuda) {
+        /* ... and prunes a point that writes other ranks (rule ranks_match_gpus), unless
+         * its model does not resolve at all (rule shape, checked below) */
+        for (int i = 0; i < rp->n; i++)
+            if (!(p->rule && strcmp(p->rule, "shape") == 0) &&
+                strcmp(pool[rp->key[i]].key, "ranks") == 0 &&
+                strcmp(pool[rp->key[i]].values[rp->val[i]], "4") != 0) {
+                if (p->status != PLAN_PRUNED || strcmp(p->rule, "ranks_match_gpus") != 0)
+                    fail_msg("point %d: cuda with ranks %s on 4 GPUs: plan says %s %s (seed %u)",
+                             p->pt->include, pool[rp->key[i]].values[rp->val[i]],
+                             plan_status_name(p->status), p->rule ? p->rule : "", g_seed);
+                x->checked_rule++;
+                return 0;
+            }
         ovr[n].key = "ranks";
         ovr[n].value = "4";
         n++;

@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include "backend.h"
+#include "rundir.h"
 
 int backend_open(const char *name, backend **out, hearth_err *err)
 {
@@ -53,4 +54,21 @@ int backend_poll_due(double *last_query, int interval_ms, size_t n_jobs, int tim
     }
     *last_query = backend_clock_s();
     return 1;
+}
+
+int backend_check_one_process(const char *run_dir, const char *backend, hearth_err *err)
+{
+    rundir_job rj;
+    hearth_err e;
+    if (rundir_job_read(run_dir, &rj, &e))
+        return 0;
+    int nodes = rj.nodes, gpus = rj.gpus_per_node;
+    rundir_job_free(&rj);
+    if (gpus <= 0 || (long long)nodes * gpus <= 1)
+        return 0;
+    return herr_set(err, HERR_CONFIG, "device cuda with %lld ranks (resources.nodes %d x "
+                    "resources.gpus_per_node %d) needs one process per GPU, started by "
+                    "`srun --mpi=pmix`: submit it with --backend slurm; the %s backend "
+                    "runs cuda with resources.gpus_per_node 1 and nodes 1 only",
+                    (long long)nodes * gpus, nodes, gpus, backend);
 }

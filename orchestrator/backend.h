@@ -121,5 +121,10 @@ void backend_sleep_ms(int ms);           /* sleeps the full time, across signals
  * due now and stamps *last_query; otherwise sleeps until the next query is due (or at most
  * timeout_ms; with no jobs, timeout_ms) and returns 1 only if it has become due. */
 int backend_poll_due(double *last_query, int interval_ms, size_t n_jobs, int timeout_ms);
+/* For a backend whose job script starts the trainer once: HERR_CONFIG (naming the
+ * resources and `backend`) when the run's job.json asks for several processes (a cuda run
+ * of nodes x gpus_per_node > 1 ranks needs `srun --mpi=pmix`: the sbatch backend).  A
+ * job.json that cannot be read is left to the job itself to report. */
+int backend_check_one_process(const char *run_dir, const char *backend, hearth_err *err);
 
 #endif

@@ -143,33 +143,12 @@ static int open_log(const char *run_dir, const char *name, hearth_err *err)
     return fd;
 }
 
-/* A cuda run of several ranks needs one process per GPU with a PMIx (or torchrun-style)
- * launcher around them; the local job script starts the trainer once, so such a run would
- * be a single rank that believes it is alone.  Refused, naming the resources that ask for
- * it.  A job.json that cannot be read is left to the job itself to report. */
-static int check_launch(const backend_job *job, hearth_err *err)
-{
-    rundir_job rj;
-    hearth_err e;
-    if (rundir_job_read(job->run_dir, &rj, &e))
-        return 0;
-    int nodes = rj.nodes, gpus = rj.gpus_per_node;
-    rundir_job_free(&rj);
-    if (gpus <= 0 || (long long)nodes * gpus <= 1)
-        return 0;
-    return herr_set(err, HERR_CONFIG, "device cuda with %lld ranks (resources.nodes %d x "
-                    "resources.gpus_per_node %d) needs one process per GPU, started by "
-                    "`srun --mpi=pmix`: submit it with --backend slurm; the local backend "
-                    "runs cuda with resources.gpus_per_node 1 and nodes 1 only",
-                    (long long)nodes * gpus, nodes, gpus);
-}
-
 static int local_submit(backend *b, const backend_job *job, void *tag,
                         char job_id[BACKEND_JOB_ID_MAX], hearth_err *err)
 {
     local_backend *lb = (local_backend *)b;
     char lock[4200];
-    int rc = check_launch(job, err);
+    int rc = backend_check_one_process(job->run_dir, "local", err);
     if (rc)
         return rc;
     rc = lock_path_of(lock, sizeof lock, job, err);

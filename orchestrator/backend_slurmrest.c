@@ -553,6 +553,10 @@ static int rest_submit(backend *b, const backend_job *job, void *tag,
                        char job_id[BACKEND_JOB_ID_MAX], hearth_err *err)
 {
     rest_backend *rb = (rest_backend *)b;
+    /* The submission asks for one task: multi-process cuda runs go through sbatch. */
+    int rc0 = backend_check_one_process(job->run_dir, "slurmrest", err);
+    if (rc0)
+        return rc0;
     rundir_job rj;
     int have = rundir_job_read(job->run_dir, &rj, err) == 0;
     char *body = NULL;

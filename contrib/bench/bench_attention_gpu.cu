@@ -1,5 +1,7 @@
 /* bench_attention_gpu.cu - flash attention (kcuda_attention_*_bf16) against a naive GPU
- * baseline on decoder-like and encoder-like shapes.  Prints one table.
+ * baseline on decoder-like and encoder-like shapes, next to the first flash attention
+ * implementation (kcuda_attention_v1_*_bf16, column "v1 ms"; "x v1" is its time over
+ * ours).  Prints one table.
  *
  * Naive baseline: one block per (query token, head) that materialises the whole score row
  * of that query in shared memory (fp32, CUDA cores, no tiling: every query re-reads all of
@@ -208,7 +210,7 @@ static int cmp_float(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-enum { OURS_FWD, OURS_BWD, NAIVE_FWD, NAIVE_BWD };
+enum { OURS_FWD, OURS_BWD, V1_FWD, V1_BWD, NAIVE_FWD, NAIVE_BWD, NKINDS };
 
 static int call(kcuda_ctx *kc, int kind, const struct shape *s, struct bufs *b, bf *out,
                 float *lse, bf *dq, bf *dk, bf *dv)
@@ -223,6 +225,16 @@ static int call(kcuda_ctx *kc, int kind, const struct shape *s, struct bufs *b, 
                                             s->nseq, s->len, s->Hq, s->Hkv, s->D, s->causal);
     case OURS_BWD:
         return kcuda_attention_backward_bf16(
+            kc, (kcuda_bf16 *)dq, (kcuda_bf16 *)dk, (kcuda_bf16 *)dv, (kcuda_bf16 *)b->dout,
+            (kcuda_bf16 *)b->q, (kcuda_bf16 *)b->k, (kcuda_bf16 *)b->v, (kcuda_bf16 *)b->out,
+            b->lse, b->cu, s->nseq, s->len, s->Hq, s->Hkv, s->D, s->causal);
+    case V1_FWD:
+        return kcuda_attention_v1_forward_bf16(kc, (kcuda_bf16 *)out, lse, (kcuda_bf16 *)b->q,
+                                               (kcuda_bf16 *)b->k, (kcuda_bf16 *)b->v, b->cu,
+                                               s->nseq, s->len, s->Hq, s->Hkv, s->D,
+                                               s->causal);
+    case V1_BWD:
+        return kcuda_attention_v1_backward_bf16(
             kc, (kcuda_bf16 *)dq, (kcuda_bf16 *)dk, (kcuda_bf16 *)dv, (kcuda_bf16 *)b->dout,
             (kcuda_bf16 *)b->q, (kcuda_bf16 *)b->k, (kcuda_bf16 *)b->v, (kcuda_bf16 *)b->out,
             b->lse, b->cu, s->nseq, s->len, s->Hq, s->Hkv, s->D, s->causal);
@@ -256,7 +268,7 @@ static float time_call(kcuda_ctx *kc, int kind, const struct shape *s, struct bu
                       naive ? b->dq2 : b->dq, naive ? b->dk2 : b->dk, naive ? b->dv2 : b->dv);
         cudaEventRecord(e1, 0);
         if (rc < 0 || gu_ck(cudaEventSynchronize(e1), "attention")) {
-            if (rc < 0 && kind <= OURS_BWD)
+            if (rc < 0 && kind < NAIVE_FWD)
                 printf("# %s: %s\n", s->name, kcuda_ctx_errmsg(kc));
             return -1;
         }
@@ -319,9 +331,11 @@ int main(void)
            "shared memory); median of %d (naive %d); TFLOP/s: fwd 4*sum(L^2)*D*Hq (/2 causal), "
            "bwd 2.5x\n",
            prop.name, prop.multiProcessorCount, REPS, NAIVE_REPS);
-    printf("%-20s %5s %5s %3s %3s %3s %1s | %8s %6s %8s %6s %5s | %8s %6s %8s %6s %5s | %8s\n",
-           "shape", "nseq", "len", "Hq", "Hkv", "D", "c", "fwd ms", "TF/s", "naive ms", "TF/s",
-           "x", "bwd ms", "TF/s", "naive ms", "TF/s", "x", "max diff");
+    printf("%-20s %5s %5s %3s %3s %3s %1s | %8s %6s %8s %5s %8s %6s %5s | %8s %6s %8s %5s "
+           "%8s %6s %5s | %8s\n",
+           "shape", "nseq", "len", "Hq", "Hkv", "D", "c", "fwd ms", "TF/s", "v1 ms", "x v1",
+           "naive ms", "TF/s", "x", "bwd ms", "TF/s", "v1 ms", "x v1", "naive ms", "TF/s", "x",
+           "max diff");
     int status = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const struct shape *s = &shapes[si];
@@ -353,22 +367,24 @@ int main(void)
         for (int i = 0; i < 6; i++)
             cudaMemset(gz[i], 0, gn[i] * 2);
         /* the backward reads out and lse of our forward */
-        float t[4];
+        float t[NKINDS];
+        t[V1_FWD] = time_call(kc, V1_FWD, s, &b, REPS);
         t[OURS_FWD] = time_call(kc, OURS_FWD, s, &b, REPS);
         t[NAIVE_FWD] = time_call(kc, NAIVE_FWD, s, &b, NAIVE_REPS);
+        t[V1_BWD] = time_call(kc, V1_BWD, s, &b, REPS);
         t[OURS_BWD] = time_call(kc, OURS_BWD, s, &b, REPS);
         t[NAIVE_BWD] = time_call(kc, NAIVE_BWD, s, &b, NAIVE_REPS);
         double diff = compare(kc, s, &b);
         double fl = 4.0 * s->nseq * (double)s->len * s->len * s->D * s->Hq *
                     (s->causal ? 0.5 : 1.0);
-        printf("%-20s %5d %5d %3d %3d %3d %1d | %8.3f %6.1f %8.3f %6.1f %5.1f | %8.3f %6.1f "
-               "%8.3f %6.1f %5.1f | %8.1e\n",
+        printf("%-20s %5d %5d %3d %3d %3d %1d | %8.3f %6.1f %8.3f %5.2f %8.3f %6.1f %5.1f | "
+               "%8.3f %6.1f %8.3f %5.2f %8.3f %6.1f %5.1f | %8.1e\n",
                s->name, s->nseq, s->len, s->Hq, s->Hkv, s->D, s->causal, t[OURS_FWD],
-               fl / t[OURS_FWD] * 1e-9, t[NAIVE_FWD], fl / t[NAIVE_FWD] * 1e-9,
-               t[NAIVE_FWD] / t[OURS_FWD], t[OURS_BWD], 2.5 * fl / t[OURS_BWD] * 1e-9,
-               t[NAIVE_BWD], 2.5 * fl / t[NAIVE_BWD] * 1e-9, t[NAIVE_BWD] / t[OURS_BWD],
-               diff);
-        for (int i = 0; i < 4; i++)
+               fl / t[OURS_FWD] * 1e-9, t[V1_FWD], t[V1_FWD] / t[OURS_FWD], t[NAIVE_FWD],
+               fl / t[NAIVE_FWD] * 1e-9, t[NAIVE_FWD] / t[OURS_FWD], t[OURS_BWD],
+               2.5 * fl / t[OURS_BWD] * 1e-9, t[V1_BWD], t[V1_BWD] / t[OURS_BWD], t[NAIVE_BWD],
+               2.5 * fl / t[NAIVE_BWD] * 1e-9, t[NAIVE_BWD] / t[OURS_BWD], diff);
+        for (int i = 0; i < NKINDS; i++)
             if (t[i] < 0)
                 status = 1;
         if (!(diff <= 2e-2))

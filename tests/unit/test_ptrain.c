@@ -294,6 +294,13 @@ static const layout_case moe_cases[] = {
       "parallel.encoder.tp=1"),
     L("model=tiny-vlm-moe", "ranks=2", "parallel.tp=2", "train.micro_batch=2",
       "train.global_batch=4"),
+    L("model=tiny-vlm-moe", "ranks=2", "parallel.dp=2", "parallel.ep=2",
+      "parallel.a2a_overlap=true", "train.micro_batch=1", "train.global_batch=4"),
+    L("model=tiny-vlm-moe", "ranks=4", "parallel.tp=2", "parallel.dp=2", "parallel.ep=2",
+      "parallel.sp=true", "parallel.a2a_overlap=true", "train.micro_batch=1",
+      "train.global_batch=6"),
+    L("model=tiny-vlm-moe", "ranks=4", "parallel.pp=2", "parallel.dp=2", "parallel.ep=2",
+      "parallel.a2a_overlap=true", "train.micro_batch=1", "train.global_batch=6"),
 };
 
 static int count_kv(const layout_case *c)

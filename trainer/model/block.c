@@ -28,7 +28,12 @@
  * stream and the norms on N/tp rows per rank: the reduction becomes a reduce-scatter and
  * the norm output is all-gathered before the column-parallel linears (the same volume
  * as the allreduce, with the norm work and residual memory divided by tp).  The MoE MLP
- * is not split by tp (moe.c): it sees the gathered N rows and keeps its own rows. */
+ * is not split by tp (moe.c): it sees the gathered N rows and keeps its own rows.
+ *
+ * Nodes.  A block runs as up to four nodes (internal.h, stack_forward_pair): a dense
+ * block is one, a MoE block four, cut where its all_to_allvs start, so that two micro
+ * batches can be interleaved (parallel.a2a_overlap).  stack_forward and stack_backward
+ * run the nodes of one micro batch in order, which is the same arithmetic. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -205,16 +210,15 @@ static int rows_reduce(stack *st, float *full, int N, int Nl, int C, hearth_err 
 }
 
 /* Row-parallel linear: own_rows(out) = inp [N, K] . w^T summed over tp, + bias once. */
-static int row_linear_forward(stack *st, float *out, const float *inp, const float *w,
-                              const float *bias, int N, int Nl, int K, int M,
-                              hearth_err *err)
+static int row_linear_forward(stack *st, fp8_layer *f8, int kind, float *out,
+                              const float *inp, const float *w, const float *bias, int N,
+                              int Nl, int K, int M, hearth_err *err)
 {
-    if (!tp_on(st)) {
-        kcpu_matmul_forward(out, inp, w, bias, N, K, M);
-        return 0;
-    }
-    kcpu_matmul_forward(out, inp, w, NULL, N, K, M);
-    int rc = rows_reduce(st, out, N, Nl, M, err);
+    int rc = fp8_linear_forward(f8, kind, 0, N, out, inp, w, tp_on(st) ? NULL : bias, N, K,
+                                M, err);
+    if (rc || !tp_on(st))
+        return rc;
+    rc = rows_reduce(st, out, N, Nl, M, err);
     if (rc || !bias)
         return rc;
     float *o = own_rows(st, out, Nl, M);
@@ -226,19 +230,18 @@ static int row_linear_forward(stack *st, float *out, const float *inp, const flo
 /* Its backward from dy [Nl, M] (this rank's rows of the output gradient): dinp [N, K],
  * dw, db accumulated.  Under sp the bias sees only the local rows (a partial gradient,
  * summed over tp by the caller of the stack). */
-static int row_linear_backward(stack *st, float *dinp, float *dw, float *db, const float *dy,
-                               const float *inp, const float *w, int N, int Nl, int K, int M,
-                               hearth_err *err)
+static int row_linear_backward(stack *st, fp8_layer *f8, int kind, float *dinp, float *dw,
+                               float *db, const float *dy, const float *inp, const float *w,
+                               int N, int Nl, int K, int M, hearth_err *err)
 {
     const float *dyf;
     int rc = rows_gather(st, dy, st->sc.dgat, Nl, M, &dyf, err);
     if (rc)
         return rc;
-    if (!sp_on(st)) {
-        kcpu_matmul_backward(dinp, dw, db, dyf, inp, w, N, K, M);
-        return 0;
-    }
-    kcpu_matmul_backward(dinp, dw, NULL, dyf, inp, w, N, K, M);
+    if (!sp_on(st))
+        return fp8_linear_backward(f8, kind, 0, dinp, dw, db, dyf, inp, w, N, K, M, err);
+    if ((rc = fp8_linear_backward(f8, kind, 0, dinp, dw, NULL, dyf, inp, w, N, K, M, err)))
+        return rc;
     kcpu_matmul_backward(NULL, NULL, db, dy, NULL, NULL, Nl, K, M);
     return 0;
 }
@@ -370,7 +373,9 @@ static int attn_forward(stack *st, block *b, const float *x, const stack_ctx *ct
     int rc = rows_gather(st, h1l, b->h1, Nl, c->H, &h1, err);
     if (rc)
         return rc;
-    kcpu_matmul_forward(sc->qkv, h1, p->qkv_w, p->qkv_b, N, c->H, c->QKV);
+    if ((rc = fp8_linear_forward(p->fp8, FP8_QKV, 0, N, sc->qkv, h1, p->qkv_w, p->qkv_b, N,
+                                 c->H, c->QKV, err)))
+        return rc;
 
     /* Split the fused rows into the contiguous [N, heads, D] arrays attention reads. */
     float *qd = s->qk_norm ? b->qr : b->q;
@@ -393,44 +398,87 @@ static int attn_forward(stack *st, block *b, const float *x, const stack_ctx *ct
     int nseq = b->full_attn ? ctx->nseq_full : ctx->nseq;
     kcpu_attention_forward(b->att, b->lse, b->q, b->k, b->v, cu, nseq, c->Hq, c->Hkv, c->D,
                            c->causal);
-    if ((rc = row_linear_forward(st, sc->tmp, b->att, p->proj_w, p->proj_b, N, Nl, c->QD,
+    if ((rc = row_linear_forward(st, p->fp8, FP8_PROJ, sc->tmp, b->att, p->proj_w, p->proj_b, N, Nl, c->QD,
                                  c->H, err)))
         return rc;
     kcpu_add(b->x1, x, own_rows(st, sc->tmp, Nl, c->H), (size_t)Nl * c->H);
     return 0;
 }
 
-static int mlp_forward(stack *st, block *b, float *out, const stack_ctx *ctx,
-                       hearth_err *err)
+/* The mlp norm: b->h2 holds its output over all N rows (gathered under sp). */
+static int mlp_norm_forward(stack *st, block *b, const stack_ctx *ctx, const float **h2,
+                            hearth_err *err)
 {
     const stack_cfg *c = &st->c;
-    stack_scratch *sc = &st->sc;
+    const stack_shape *s = c->s;
+    int Nl = ctx->N_local;
+    float *h2l = own_rows(st, b->h2, Nl, c->H);
+    b->aux = 0;
+    norm_forward(s->norm, h2l, b->mean2, b->rstd2, b->x1, b->p.mlp_norm_w, b->p.mlp_norm_b,
+                 Nl, c->H, s->norm_eps);
+    return rows_gather(st, h2l, b->h2, Nl, c->H, h2, err);
+}
+
+/* out = x1 + this rank's rows of the MLP output (in sc.tmp). */
+static void mlp_residual(stack *st, block *b, float *out, int Nl)
+{
+    kcpu_add(out, b->x1, own_rows(st, st->sc.tmp, Nl, st->c.H), (size_t)Nl * st->c.H);
+}
+
+static int dense_mlp_forward(stack *st, block *b, float *out, const stack_ctx *ctx,
+                             hearth_err *err)
+{
+    const stack_cfg *c = &st->c;
     const stack_shape *s = c->s;
     const block_params *p = &b->p;
     int N = ctx->N, Nl = ctx->N_local, rc;
     const float *h2;
-    float *h2l = own_rows(st, b->h2, Nl, c->H);
-    b->aux = 0;
-    norm_forward(s->norm, h2l, b->mean2, b->rstd2, b->x1, p->mlp_norm_w, p->mlp_norm_b, Nl,
-                 c->H, s->norm_eps);
-    if ((rc = rows_gather(st, h2l, b->h2, Nl, c->H, &h2, err)))
+    if ((rc = mlp_norm_forward(st, b, ctx, &h2, err)))
         return rc;
-    if (b->moe) {
-        /* Every tp rank runs the whole layer on the N tokens and keeps its own rows. */
-        rc = moe_forward(c, b, sc, st->ep_comm, sc->tmp, N, &b->aux, err);
-    } else {
-        kcpu_matmul_forward(b->u, h2, p->fc1_w, p->fc1_b, N, c->H, c->Fu);
-        if (s->mlp == MLP_SWIGLU)
-            kcpu_swiglu_forward(b->a, b->u, N, c->F);
-        else
-            kcpu_gelu_forward(b->a, b->u, (size_t)N * c->F, c->gelu);
-        rc = row_linear_forward(st, sc->tmp, b->a, p->fc2_w, p->fc2_b, N, Nl, c->F, c->H,
-                                err);
-    }
-    if (rc)
+    if ((rc = fp8_linear_forward(p->fp8, FP8_FC1, 0, N, b->u, h2, p->fc1_w, p->fc1_b, N,
+                                 c->H, c->Fu, err)))
         return rc;
-    kcpu_add(out, b->x1, own_rows(st, sc->tmp, Nl, c->H), (size_t)Nl * c->H);
+    if (s->mlp == MLP_SWIGLU)
+        kcpu_swiglu_forward(b->a, b->u, N, c->F);
+    else
+        kcpu_gelu_forward(b->a, b->u, (size_t)N * c->F, c->gelu);
+    if ((rc = row_linear_forward(st, p->fp8, FP8_FC2, st->sc.tmp, b->a, p->fc2_w, p->fc2_b, N, Nl, c->F, c->H,
+                                 err)))
+        return rc;
+    mlp_residual(st, b, out, Nl);
     return 0;
+}
+
+/* Forward node k of layer l (internal.h: stack_forward_pair).  The MoE layer is not
+ * split by tp: every tp rank runs the whole layer on the N tokens (h2 gathered) and
+ * keeps its own rows. */
+static int forward_node(stack *st, int l, int k, const stack_ctx *ctx, hearth_err *err)
+{
+    const stack_cfg *c = &st->c;
+    block *b = &st->layers[l];
+    int rc = 0;
+    const float *h2;
+    switch (k) {
+    case 0:
+        if ((rc = attn_forward(st, b, st->xs[l], ctx, err)))
+            return rc;
+        if (!b->moe)
+            return dense_mlp_forward(st, b, st->xs[l + 1], ctx, err);
+        if ((rc = mlp_norm_forward(st, b, ctx, &h2, err)))
+            return rc;
+        return moe_forward_route(c, b, &st->sc, st->ep_comm, ctx->N, err);
+    case 1:
+        return b->moe ? moe_forward_dispatch(c, b, &st->sc, st->ep_comm, err) : 0;
+    case 2:
+        return b->moe ? moe_forward_experts(c, b, &st->sc, err) : 0;
+    default:
+        if (!b->moe)
+            return 0;
+        if ((rc = moe_forward_combine(c, b, &st->sc, st->ep_comm, st->sc.tmp, ctx->N, err)))
+            return rc;
+        mlp_residual(st, b, st->xs[l + 1], ctx->N_local);
+        return 0;
+    }
 }
 
 static int check_ctx(const stack *st, const stack_ctx *ctx, hearth_err *err)
@@ -443,26 +491,83 @@ static int check_ctx(const stack *st, const stack_ctx *ctx, hearth_err *err)
     return 0;
 }
 
-int stack_forward(stack *st, const stack_ctx *ctx, double *aux, hearth_err *err)
+#define STACK_NODES 4
+
+/* The pair's node order within a layer: (micro batch, node), see internal.h. */
+static const int pair_order[2 * STACK_NODES][2] = {
+    { 0, 0 }, { 0, 1 }, { 1, 0 }, { 0, 2 }, { 1, 1 }, { 0, 3 }, { 1, 2 }, { 1, 3 },
+};
+
+static int check_pair(stack *const st[2], const stack_ctx *const ctx[2], hearth_err *err)
 {
     int rc;
-    *aux = 0;
-    if ((rc = check_ctx(st, ctx, err)))
-        return rc;
-    for (int l = 0; l < st->L; l++) {
-        block *b = &st->layers[l];
-        if ((rc = attn_forward(st, b, st->xs[l], ctx, err)) ||
-            (rc = mlp_forward(st, b, st->xs[l + 1], ctx, err)))
+    for (int i = 0; i < 2; i++)
+        if (st[i] && (rc = check_ctx(st[i], ctx[i], err)))
             return rc;
-        *aux += b->aux;
+    if (!st[1])
+        return 0;
+    int same = st[0] != st[1] && st[0]->L == st[1]->L && st[0]->c.tp == st[1]->c.tp &&
+               st[0]->c.ep == st[1]->c.ep && st[0]->c.E0 == st[1]->c.E0;
+    for (int l = 0; same && l < st[0]->L; l++)
+        same = st[0]->layers[l].moe == st[1]->layers[l].moe;
+    if (!same)
+        return herr_set(err, HERR_RUNTIME, "model: a pair of micro batches needs two "
+                        "activation sets of the same layers");
+    return 0;
+}
+
+int stack_forward_pair(stack *const st[2], const stack_ctx *const ctx[2], double aux[2],
+                       hearth_err *err)
+{
+    int n = st[1] ? 2 : 1, rc;
+    aux[0] = aux[1] = 0;
+    if ((rc = check_pair(st, ctx, err)))
+        return rc;
+    for (int l = 0; l < st[0]->L; l++) {
+        if (n == 1) {
+            for (int k = 0; k < STACK_NODES; k++)
+                if ((rc = forward_node(st[0], l, k, ctx[0], err)))
+                    return rc;
+        } else {
+            /* On GPU, nodes 1 and 3 would start their all_to_allv on a communication
+             * stream and the next entry's compute would run meanwhile; on the local
+             * backend they simply run in this order. */
+            for (int i = 0; i < 2 * STACK_NODES; i++) {
+                int j = pair_order[i][0];
+                if ((rc = forward_node(st[j], l, pair_order[i][1], ctx[j], err)))
+                    return rc;
+            }
+        }
+        for (int j = 0; j < n; j++)
+            aux[j] += st[j]->layers[l].aux;
     }
     return 0;
 }
 
+int stack_forward(stack *st, const stack_ctx *ctx, double *aux, hearth_err *err)
+{
+    stack *const sts[2] = { st, NULL };
+    const stack_ctx *const ctxs[2] = { ctx, NULL };
+    double a[2];
+    int rc = stack_forward_pair(sts, ctxs, a, err);
+    *aux = a[0];
+    return rc;
+}
+
 /* ---- backward ----------------------------------------------------------------------- */
 
-static int mlp_backward(stack *st, block *b, const stack_ctx *ctx, float aux_scale,
-                        hearth_err *err)
+/* The mlp norm's backward from dh (sc.tmp, N rows; this rank's summed rows) into dres. */
+static void mlp_norm_backward(stack *st, block *b, const stack_ctx *ctx)
+{
+    const stack_cfg *c = &st->c;
+    stack_scratch *sc = &st->sc;
+    int Nl = ctx->N_local;
+    norm_backward(c->s->norm, sc->dres, b->g.mlp_norm_w, b->g.mlp_norm_b,
+                  own_rows(st, sc->tmp, Nl, c->H), b->x1, b->p.mlp_norm_w, b->mean2,
+                  b->rstd2, Nl, c->H);
+}
+
+static int dense_mlp_backward(stack *st, block *b, const stack_ctx *ctx, hearth_err *err)
 {
     const stack_cfg *c = &st->c;
     stack_scratch *sc = &st->sc;
@@ -471,28 +576,21 @@ static int mlp_backward(stack *st, block *b, const stack_ctx *ctx, float aux_sca
     int N = ctx->N, Nl = ctx->N_local, rc;
     float *dh = sc->tmp;
     zero(dh, (size_t)N * c->H);
-    if (b->moe) {
-        /* Not split by tp: the full backward on every rank, no reduction. */
-        const float *dy;
-        if ((rc = rows_gather(st, sc->dres, sc->dgat, Nl, c->H, &dy, err)) ||
-            (rc = moe_backward(c, b, sc, st->ep_comm, dy, dh, N, aux_scale, err)))
-            return rc;
-    } else {
-        zero(sc->da, (size_t)N * c->F);
-        if ((rc = row_linear_backward(st, sc->da, g->fc2_w, g->fc2_b, sc->dres, b->a,
-                                      p->fc2_w, N, Nl, c->F, c->H, err)))
-            return rc;
-        zero(sc->du, (size_t)N * c->Fu);
-        if (s->mlp == MLP_SWIGLU)
-            kcpu_swiglu_backward(sc->du, sc->da, b->u, N, c->F);
-        else
-            kcpu_gelu_backward(sc->du, sc->da, b->u, (size_t)N * c->F, c->gelu);
-        kcpu_matmul_backward(dh, g->fc1_w, g->fc1_b, sc->du, b->h2, p->fc1_w, N, c->H, c->Fu);
-        if ((rc = rows_reduce(st, dh, N, Nl, c->H, err)))
-            return rc;
-    }
-    norm_backward(s->norm, sc->dres, g->mlp_norm_w, g->mlp_norm_b, own_rows(st, dh, Nl, c->H),
-                  b->x1, p->mlp_norm_w, b->mean2, b->rstd2, Nl, c->H);
+    zero(sc->da, (size_t)N * c->F);
+    if ((rc = row_linear_backward(st, p->fp8, FP8_FC2, sc->da, g->fc2_w, g->fc2_b, sc->dres, b->a, p->fc2_w,
+                                  N, Nl, c->F, c->H, err)))
+        return rc;
+    zero(sc->du, (size_t)N * c->Fu);
+    if (s->mlp == MLP_SWIGLU)
+        kcpu_swiglu_backward(sc->du, sc->da, b->u, N, c->F);
+    else
+        kcpu_gelu_backward(sc->du, sc->da, b->u, (size_t)N * c->F, c->gelu);
+    if ((rc = fp8_linear_backward(p->fp8, FP8_FC1, 0, dh, g->fc1_w, g->fc1_b, sc->du, b->h2,
+                                  p->fc1_w, N, c->H, c->Fu, err)))
+        return rc;
+    if ((rc = rows_reduce(st, dh, N, Nl, c->H, err)))
+        return rc;
+    mlp_norm_backward(st, b, ctx);
     return 0;
 }
 
@@ -507,7 +605,7 @@ static int attn_backward(stack *st, block *b, const float *x, const stack_ctx *c
     size_t nq = (size_t)N * c->QD, nk = (size_t)N * c->KD;
 
     zero(sc->datt, nq);
-    if ((rc = row_linear_backward(st, sc->datt, g->proj_w, g->proj_b, sc->dres, b->att,
+    if ((rc = row_linear_backward(st, p->fp8, FP8_PROJ, sc->datt, g->proj_w, g->proj_b, sc->dres, b->att,
                                   p->proj_w, N, Nl, c->QD, c->H, err)))
         return rc;
     zero(sc->dq, nq);
@@ -540,7 +638,9 @@ static int attn_backward(stack *st, block *b, const float *x, const stack_ctx *c
     }
     float *dh = sc->tmp;
     zero(dh, (size_t)N * c->H);
-    kcpu_matmul_backward(dh, g->qkv_w, g->qkv_b, sc->qkv, b->h1, p->qkv_w, N, c->H, c->QKV);
+    if ((rc = fp8_linear_backward(p->fp8, FP8_QKV, 0, dh, g->qkv_w, g->qkv_b, sc->qkv, b->h1,
+                                  p->qkv_w, N, c->H, c->QKV, err)))
+        return rc;
     if ((rc = rows_reduce(st, dh, N, Nl, c->H, err)))
         return rc;
     norm_backward(s->norm, sc->dres, g->attn_norm_w, g->attn_norm_b, own_rows(st, dh, Nl, c->H),
@@ -548,16 +648,67 @@ static int attn_backward(stack *st, block *b, const float *x, const stack_ctx *c
     return 0;
 }
 
-int stack_backward(stack *st, const stack_ctx *ctx, float aux_scale, hearth_err *err)
+/* Backward node k of layer l (internal.h: stack_backward_pair).  The MoE layer is not
+ * split by tp: the full backward on every rank (output gradient gathered under sp), no
+ * reduction. */
+static int backward_node(stack *st, int l, int k, const stack_ctx *ctx, float aux_scale,
+                         hearth_err *err)
+{
+    const stack_cfg *c = &st->c;
+    stack_scratch *sc = &st->sc;
+    block *b = &st->layers[l];
+    int rc;
+    switch (k) {
+    case 0:
+        if (!b->moe) {
+            if ((rc = dense_mlp_backward(st, b, ctx, err)))
+                return rc;
+            return attn_backward(st, b, st->xs[l], ctx, err);
+        }
+        if ((rc = rows_gather(st, sc->dres, sc->dgat, ctx->N_local, c->H, &sc->dmoe, err)))
+            return rc;
+        return moe_backward_unpermute(c, b, sc, sc->dmoe, ctx->N, err);
+    case 1:
+        return b->moe ? moe_backward_dispatch(c, b, sc, st->ep_comm, err) : 0;
+    case 2:
+        return b->moe ? moe_backward_experts(c, b, sc, ctx->N, err) : 0;
+    default:
+        if (!b->moe)
+            return 0;
+        zero(sc->tmp, (size_t)ctx->N * c->H);
+        if ((rc = moe_backward_combine(c, b, sc, st->ep_comm, sc->dmoe, sc->tmp, ctx->N,
+                                       aux_scale, err)))
+            return rc;
+        mlp_norm_backward(st, b, ctx);
+        return attn_backward(st, b, st->xs[l], ctx, err);
+    }
+}
+
+int stack_backward_pair(stack *const st[2], const stack_ctx *const ctx[2], float aux_scale,
+                        hearth_err *err)
 {
     int rc;
-    if ((rc = check_ctx(st, ctx, err)))
+    if ((rc = check_pair(st, ctx, err)))
         return rc;
-    for (int l = st->L - 1; l >= 0; l--) {
-        block *b = &st->layers[l];
-        if ((rc = mlp_backward(st, b, ctx, aux_scale, err)) ||
-            (rc = attn_backward(st, b, st->xs[l], ctx, err)))
-            return rc;
+    for (int l = st[0]->L - 1; l >= 0; l--) {
+        if (!st[1]) {
+            for (int k = 0; k < STACK_NODES; k++)
+                if ((rc = backward_node(st[0], l, k, ctx[0], aux_scale, err)))
+                    return rc;
+            continue;
+        }
+        for (int i = 0; i < 2 * STACK_NODES; i++) {
+            int j = pair_order[i][0];
+            if ((rc = backward_node(st[j], l, pair_order[i][1], ctx[j], aux_scale, err)))
+                return rc;
+        }
     }
     return 0;
+}
+
+int stack_backward(stack *st, const stack_ctx *ctx, float aux_scale, hearth_err *err)
+{
+    stack *const sts[2] = { st, NULL };
+    const stack_ctx *const ctxs[2] = { ctx, NULL };
+    return stack_backward_pair(sts, ctxs, aux_scale, err);
 }

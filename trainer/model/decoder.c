@@ -205,15 +205,14 @@ static int embed_forward(decoder_part *d, const float *img, hearth_err *err)
     return 0;
 }
 
-int model_stage_forward(model *m, const vlm_batch *b, const float *img, int n_img_rows,
-                        const float *x_in, model_stats *stats, hearth_err *err)
+int model_stage_forward_begin(model *m, const vlm_batch *b, const float *img, int n_img_rows,
+                              const float *x_in, hearth_err *err)
 {
     decoder_part *d = &m->dec;
     stack *sk = &d->st;
     const stack_cfg *c = &sk->c;
-    if (stats)
-        memset(stats, 0, sizeof *stats);
     d->pending = 0;
+    d->begun = 0;
     if (!d->present)
         return herr_set(err, HERR_RUNTIME, "model: this model holds no decoder stage");
     if (!b || b->n_seq < 1 || b->seq_len < 1 || !b->tokens || !b->targets)
@@ -265,32 +264,92 @@ int model_stage_forward(model *m, const vlm_batch *b, const float *img, int n_im
         .sin = c->rope ? d->sin : NULL, .cu = d->cu, .nseq = b->n_seq, .cu_full = d->cu,
         .nseq_full = b->n_seq,
     };
-    double aux = 0, loss = 0;
-    if ((rc = stack_forward(sk, &d->ctx, &aux, err)))
-        return rc;
-    d->n_targets = 0;
-    if (d->has_head) {
-        const decoder_shape *ds = d->sh;
-        norm_forward(ds->s.norm, d->hl, d->meanf, d->rstdf, sk->xs[sk->L], d->norm_w,
-                     d->norm_b, d->n_local, H, ds->s.norm_eps);
-        if (d->sp && (rc = comm_all_gather(d->tp_comm, d->hl, d->hf, (size_t)d->n_local * H,
-                                           COMM_F32, err)))
-            return herr_prefix(err, rc, "decoder: final norm");
-        int nt = 0;
-        for (int i = 0; i < N; i++)
-            if (d->tgt[i] != -1)
-                d->trow[nt++] = i;
-        d->n_targets = nt;
-        if ((rc = head_forward(d, &loss, err)))
-            return rc;
-    }
-    if (stats) {
-        stats->loss_sum = loss;
-        stats->n_targets = d->n_targets;
-        stats->aux_loss = aux;
-    }
-    d->pending = 1;
+    d->begun = 1;
     return 0;
+}
+
+/* The head of a begun micro batch whose stack has run: final norm (gathered under sp),
+ * target rows, loss. */
+static int head_part_forward(decoder_part *d, double *loss, hearth_err *err)
+{
+    stack *sk = &d->st;
+    const decoder_shape *ds = d->sh;
+    int N = d->n_tokens, H = sk->c.H, rc;
+    *loss = 0;
+    d->n_targets = 0;
+    if (!d->has_head)
+        return 0;
+    norm_forward(ds->s.norm, d->hl, d->meanf, d->rstdf, sk->xs[sk->L], d->norm_w, d->norm_b,
+                 d->n_local, H, ds->s.norm_eps);
+    if (d->sp && (rc = comm_all_gather(d->tp_comm, d->hl, d->hf, (size_t)d->n_local * H,
+                                       COMM_F32, err)))
+        return herr_prefix(err, rc, "decoder: final norm");
+    int nt = 0;
+    for (int i = 0; i < N; i++)
+        if (d->tgt[i] != -1)
+            d->trow[nt++] = i;
+    d->n_targets = nt;
+    return head_forward(d, loss, err);
+}
+
+/* m[0], m[1] (NULL: one micro batch) begun objects of one stage. */
+static int check_pair(model *const m[2], int begun, hearth_err *err)
+{
+    for (int i = 0; i < 2 && m[i]; i++) {
+        const decoder_part *d = &m[i]->dec;
+        if (!d->present)
+            return herr_set(err, HERR_RUNTIME, "model: this model holds no decoder stage");
+        if (begun ? !d->begun : !d->pending)
+            return herr_set(err, HERR_RUNTIME, begun ? "model: stage forward of a micro "
+                            "batch that was not begun" : "model: no pending stage forward "
+                            "to go back through");
+    }
+    if (m[1] && (m[0] == m[1] || m[0]->dec.st.L != m[1]->dec.st.L ||
+                 (m[0]->owner ? m[0]->owner : m[0]) != (m[1]->owner ? m[1]->owner : m[1])))
+        return herr_set(err, HERR_RUNTIME, "model: a pair of micro batches needs two objects "
+                        "of the same stage (a model and its clone)");
+    return 0;
+}
+
+int model_stage_forward_pair(model *const m[2], model_stats stats[2], hearth_err *err)
+{
+    int n = m[1] ? 2 : 1, rc;
+    if (stats)
+        memset(stats, 0, (size_t)n * sizeof *stats);
+    if ((rc = check_pair(m, 1, err)))
+        return rc;
+    stack *sk[2] = { &m[0]->dec.st, m[1] ? &m[1]->dec.st : NULL };
+    const stack_ctx *ctx[2] = { &m[0]->dec.ctx, m[1] ? &m[1]->dec.ctx : NULL };
+    double aux[2] = { 0, 0 };
+    for (int i = 0; i < n; i++)
+        m[i]->dec.begun = 0;
+    if ((rc = stack_forward_pair(sk, ctx, aux, err)))
+        return rc;
+    for (int i = 0; i < n; i++) {
+        decoder_part *d = &m[i]->dec;
+        double loss = 0;
+        if ((rc = head_part_forward(d, &loss, err)))
+            return rc;
+        if (stats) {
+            stats[i].loss_sum = loss;
+            stats[i].n_targets = d->n_targets;
+            stats[i].aux_loss = aux[i];
+        }
+        d->pending = 1;
+    }
+    return 0;
+}
+
+int model_stage_forward(model *m, const vlm_batch *b, const float *img, int n_img_rows,
+                        const float *x_in, model_stats *stats, hearth_err *err)
+{
+    if (stats)
+        memset(stats, 0, sizeof *stats);
+    int rc = model_stage_forward_begin(m, b, img, n_img_rows, x_in, err);
+    if (rc)
+        return rc;
+    model *const pair[2] = { m, NULL };
+    return model_stage_forward_pair(pair, stats, err);
 }
 
 const float *model_stage_output(const model *m, size_t *n_floats)
@@ -350,40 +409,63 @@ static int embed_backward(decoder_part *d, float *img_grad, hearth_err *err)
     return 0;
 }
 
+/* The head part of the backward (or the output gradient dy) into st->sc.dres. */
+static int head_part_backward(decoder_part *d, const float *dy, float loss_scale,
+                              hearth_err *err)
+{
+    stack *sk = &d->st;
+    int H = sk->c.H, NL = d->n_local, rc;
+    float *dres = sk->sc.dres;
+    if (!d->has_head) {
+        memcpy(dres, dy, (size_t)NL * H * sizeof(float));
+        return 0;
+    }
+    if ((rc = head_backward(d, loss_scale, err)))
+        return rc;
+    if (d->tp > 1) {
+        rc = d->sp ? comm_reduce_scatter(d->tp_comm, d->dhf, d->dhl, (size_t)NL * H, COMM_F32,
+                                         COMM_SUM, err)
+                   : comm_allreduce(d->tp_comm, d->dhf, d->dhf, (size_t)d->n_tokens * H,
+                                    COMM_F32, COMM_SUM, err);
+        if (rc)
+            return herr_prefix(err, rc, "decoder: head backward");
+    }
+    memset(dres, 0, (size_t)NL * H * sizeof(float));
+    norm_backward(d->sh->s.norm, dres, d->norm_gw, d->norm_gb, d->dhl, sk->xs[sk->L],
+                  d->norm_w, d->meanf, d->rstdf, NL, H);
+    return 0;
+}
+
+int model_stage_backward_pair(model *const m[2], const float *const dy[2], float loss_scale,
+                              float aux_scale, float *const img_grad[2], hearth_err *err)
+{
+    int n = m[1] ? 2 : 1, rc;
+    if ((rc = check_pair(m, 0, err)))
+        return rc;
+    for (int i = 0; i < n; i++)
+        if (!m[i]->dec.has_head && !dy[i])
+            return herr_set(err, HERR_RUNTIME, "decoder: a stage without the head needs the "
+                            "gradient of its output");
+    for (int i = 0; i < n; i++) {
+        m[i]->dec.pending = 0;
+        if ((rc = head_part_backward(&m[i]->dec, dy[i], loss_scale, err)))
+            return rc;
+    }
+    stack *sk[2] = { &m[0]->dec.st, m[1] ? &m[1]->dec.st : NULL };
+    const stack_ctx *ctx[2] = { &m[0]->dec.ctx, m[1] ? &m[1]->dec.ctx : NULL };
+    if ((rc = stack_backward_pair(sk, ctx, aux_scale, err)))
+        return rc;
+    for (int i = 0; i < n; i++)
+        if (m[i]->dec.has_embed && (rc = embed_backward(&m[i]->dec, img_grad[i], err)))
+            return rc;
+    return 0;
+}
+
 int model_stage_backward(model *m, const float *dy, float loss_scale, float aux_scale,
                          float *img_grad, hearth_err *err)
 {
-    decoder_part *d = &m->dec;
-    stack *sk = &d->st;
-    int H = sk->c.H, NL = d->n_local, rc;
-    if (!d->present || !d->pending)
-        return herr_set(err, HERR_RUNTIME, "model: no pending stage forward to go back "
-                        "through");
-    if (!d->has_head && !dy)
-        return herr_set(err, HERR_RUNTIME, "decoder: a stage without the head needs the "
-                        "gradient of its output");
-    d->pending = 0;
-    float *dres = sk->sc.dres;
-    if (d->has_head) {
-        if ((rc = head_backward(d, loss_scale, err)))
-            return rc;
-        if (d->tp > 1) {
-            rc = d->sp ? comm_reduce_scatter(d->tp_comm, d->dhf, d->dhl, (size_t)NL * H,
-                                             COMM_F32, COMM_SUM, err)
-                       : comm_allreduce(d->tp_comm, d->dhf, d->dhf,
-                                        (size_t)d->n_tokens * H, COMM_F32, COMM_SUM, err);
-            if (rc)
-                return herr_prefix(err, rc, "decoder: head backward");
-        }
-        memset(dres, 0, (size_t)NL * H * sizeof(float));
-        norm_backward(d->sh->s.norm, dres, d->norm_gw, d->norm_gb, d->dhl, sk->xs[sk->L],
-                      d->norm_w, d->meanf, d->rstdf, NL, H);
-    } else {
-        memcpy(dres, dy, (size_t)NL * H * sizeof(float));
-    }
-    if ((rc = stack_backward(sk, &d->ctx, aux_scale, err)))
-        return rc;
-    if (d->has_embed)
-        return embed_backward(d, img_grad, err);
-    return 0;
+    model *const pair[2] = { m, NULL };
+    const float *const dys[2] = { dy, NULL };
+    float *const igs[2] = { img_grad, NULL };
+    return model_stage_backward_pair(pair, dys, loss_scale, aux_scale, igs, err);
 }

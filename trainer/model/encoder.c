@@ -121,19 +121,19 @@ int encoder_forward(model *m, int n_images, const int *grid_thw, const float *pi
     double aux = 0;
     if ((rc = stack_forward(&e->st, &e->ctx, &aux, err)))
         return rc;
-    projector_forward(&m->proj, e->st.xs[e->st.L], m->img_feat, e->win_idx, (int)U);
-    return 0;
+    return projector_forward(&m->proj, e->st.xs[e->st.L], m->img_feat, e->win_idx, (int)U,
+                             err);
 }
 
 int encoder_backward(model *m, hearth_err *err)
 {
     encoder_part *e = &m->enc;
     int train_enc = !e->sh->s.freeze;
-    projector_backward(&m->proj, e->st.xs[e->st.L], m->dimg_feat,
-                       train_enc ? e->st.sc.dres : NULL, e->win_idx, e->n_units);
-    if (!train_enc)
-        return 0;
-    int rc = stack_backward(&e->st, &e->ctx, 0.0f, err);
+    int rc = projector_backward(&m->proj, e->st.xs[e->st.L], m->dimg_feat,
+                                train_enc ? e->st.sc.dres : NULL, e->win_idx, e->n_units, err);
+    if (rc || !train_enc)
+        return rc;
+    rc = stack_backward(&e->st, &e->ctx, 0.0f, err);
     if (rc)
         return rc;
     kcpu_matmul_backward(NULL, e->patch_gw, NULL, e->st.sc.dres, e->pix, e->patch_w,

@@ -17,7 +17,7 @@
 #include "model/internal.h"
 
 /* Rows r0 .. r0 + n - 1 of the target rows into hc / tchunk, and their logits. */
-static void chunk_logits(decoder_part *d, int r0, int n)
+static int chunk_logits(decoder_part *d, int r0, int n, hearth_err *err)
 {
     int H = d->st.c.H, Vl = d->v1 - d->v0;
     for (int r = 0; r < n; r++) {
@@ -25,7 +25,8 @@ static void chunk_logits(decoder_part *d, int r0, int n)
         memcpy(d->hc + (size_t)r * H, d->hf + (size_t)i * H, (size_t)H * sizeof(float));
         d->tchunk[r] = d->tgt[i];
     }
-    kcpu_matmul_forward(d->logits, d->hc, d->head_w, NULL, n, H, Vl);
+    return fp8_linear_forward(d->head_fp8, FP8_LM_HEAD, 0, d->n_tokens, d->logits, d->hc,
+                              d->head_w, NULL, n, H, Vl, err);
 }
 
 /* Cross-entropy of the chunk's n rows: d->losses, and d->lse from row r0 on. */
@@ -75,8 +76,7 @@ int head_forward(decoder_part *d, double *loss, hearth_err *err)
     d->n_chunks = 0;
     for (int r0 = 0; r0 < nt; r0 += chunk, d->n_chunks++) {
         int n = nt - r0 < chunk ? nt - r0 : chunk;
-        chunk_logits(d, r0, n);
-        if ((rc = chunk_loss(d, r0, n, err)))
+        if ((rc = chunk_logits(d, r0, n, err)) || (rc = chunk_loss(d, r0, n, err)))
             return rc;
         for (int r = 0; r < n; r++)
             sum += d->losses[r];
@@ -87,14 +87,13 @@ int head_forward(decoder_part *d, double *loss, hearth_err *err)
 
 int head_backward(decoder_part *d, float loss_scale, hearth_err *err)
 {
-    (void)err;
-    int nt = d->n_targets, chunk = d->cap_chunk, H = d->st.c.H, Vl = d->v1 - d->v0;
+    int nt = d->n_targets, chunk = d->cap_chunk, H = d->st.c.H, Vl = d->v1 - d->v0, rc;
     double dl = loss_scale;
     memset(d->dhf, 0, (size_t)d->n_tokens * H * sizeof(float));
     for (int r0 = 0; r0 < nt; r0 += chunk) {
         int n = nt - r0 < chunk ? nt - r0 : chunk;
-        if (d->n_chunks > 1)
-            chunk_logits(d, r0, n);
+        if (d->n_chunks > 1 && (rc = chunk_logits(d, r0, n, err)))
+            return rc;
 #pragma omp parallel for schedule(static) if ((size_t)n * Vl >= 16384)
         for (int r = 0; r < n; r++) {
             const float *x = d->logits + (size_t)r * Vl;
@@ -107,8 +106,9 @@ int head_backward(decoder_part *d, float loss_scale, hearth_err *err)
             }
         }
         memset(d->dhc, 0, (size_t)n * H * sizeof(float));
-        kcpu_matmul_backward(d->dhc, d->head_gw, NULL, d->dlogits, d->hc, d->head_w, n, H,
-                             Vl);
+        if ((rc = fp8_linear_backward(d->head_fp8, FP8_LM_HEAD, 0, d->dhc, d->head_gw, NULL,
+                                      d->dlogits, d->hc, d->head_w, n, H, Vl, err)))
+            return rc;
         for (int r = 0; r < n; r++)
             memcpy(d->dhf + (size_t)d->trow[r0 + r] * H, d->dhc + (size_t)r * H,
                    (size_t)H * sizeof(float));

@@ -25,6 +25,7 @@
 
 #include "comm/comm.h"
 #include "kernels.h"
+#include "model/fp8.h"
 #include "model/model.h"
 #include "model/model_par.h"
 
@@ -71,6 +72,8 @@ typedef struct {
     float *exp_fc1_w;               /* MoE: [E][2 Fm, H] gate|up per expert */
     float *exp_fc2_w;               /* MoE: [E][H, Fm] */
     float *sh_fc1_w, *sh_fc2_w;     /* MoE shared expert: [2 Fs, H], [H, Fs] */
+    fp8_layer *fp8;                 /* not a tensor: the layer's FP8 state (fp8.h), in p
+                                       only; NULL = fp32 linears */
 } block_params;
 
 /* What a stack of blocks needs to know, derived once from its stack_shape. */
@@ -132,6 +135,8 @@ typedef struct {
     float *dye, *dae, *due, *dxp, *dtopk, *dlogits;   /* MoE */
     float *shared_out;      /* MoE: [N, H] shared-expert output before it is added */
     float *dres;            /* [N_local, H]: gradient of the residual stream */
+    const float *dmoe;      /* MoE backward: the layer's output gradient (dres, gathered
+                               under sp), from its first backward node to its last */
     float *dgat;            /* sp: [N, H] dres gathered over tp (else NULL) */
     float *ep_buf;          /* MoE under ep: exchange scratch, owned, grown on demand */
     size_t ep_cap;
@@ -186,6 +191,32 @@ int stack_forward(stack *st, const stack_ctx *ctx, double *aux, hearth_err *err)
  * Parameter gradients go where the blocks' g pointers say (none when NULL). */
 int stack_backward(stack *st, const stack_ctx *ctx, float aux_scale, hearth_err *err);
 
+/* Two micro batches through two stacks of the same layers (a model and its clone: same
+ * parameters and gradients, own activations), interleaved node by node so that on GPU the
+ * MoE all-to-alls of one hide under the other's compute (parallel.a2a_overlap).  A MoE
+ * block runs as four nodes,
+ *   forward   0 attention, mlp norm, router, permute, counts exchange
+ *             1 dispatch: routed rows to the experts' owners (all_to_allv)
+ *             2 the local experts
+ *             3 combine: rows back (all_to_allv), unpermute, shared expert, residual
+ *   backward  0 output gradient (gathered under sp), unpermute backward
+ *             1 gradient rows to the experts' owners (all_to_allv)
+ *             2 the local experts' backward
+ *             3 rows back (all_to_allv), permute, router and shared-expert backward, mlp
+ *               norm and attention backward
+ * and a dense block as one node 0.  Per layer the pair runs
+ *   x0 x1 y0 x2 y1 x3 y2 y3      (x = st[0]'s micro batch, y = st[1]'s)
+ * (layers in reverse for the backward), which every rank of a tp and ep group must do
+ * alike.  Each micro batch's arithmetic is that of stack_forward / stack_backward, and
+ * every parameter gradient gets x's contribution before y's, as in two sequential calls:
+ * the results are bitwise those of stack_forward(st[0]) ... stack_backward(st[1]) in
+ * either sequential order (x forward, x backward, y forward, y backward, or both forwards
+ * first).  st[1] == NULL runs st[0] alone (stack_forward, stack_backward). */
+int stack_forward_pair(stack *const st[2], const stack_ctx *const ctx[2], double aux[2],
+                       hearth_err *err);
+int stack_backward_pair(stack *const st[2], const stack_ctx *const ctx[2], float aux_scale,
+                        hearth_err *err);
+
 /* The MoE MLP of one block on h = blk->h2: out [N, H] (overwritten); *aux gets the
  * load-balancing loss.  ep: the expert-parallel group when c->ep > 1 (else unused).
  * Fails only when a collective or an allocation fails. */
@@ -194,6 +225,29 @@ int moe_forward(const stack_cfg *c, block *blk, stack_scratch *sc, comm *ep, flo
 /* dout [N, H] -> dh [N, H] (accumulated), parameter gradients into blk->g. */
 int moe_backward(const stack_cfg *c, block *blk, stack_scratch *sc, comm *ep,
                  const float *dout, float *dh, int N, float aux_scale, hearth_err *err);
+/* The same layer as the nodes of stack_forward_pair, in order (moe_forward and
+ * moe_backward are exactly these four calls).  Forward: route (router, plan, permute;
+ * under ep the counts exchange and the buffers of the received rows; blk->aux),
+ * dispatch, experts, combine (out [N, H] overwritten).  Backward: unpermute (from dout
+ * [N, H], which must stay valid until combine), dispatch, experts, combine (dh [N, H]
+ * accumulated, parameter gradients into blk->g).  Dispatch and combine are the
+ * all_to_allvs under ep (nothing to send when ep == 1). */
+int moe_forward_route(const stack_cfg *c, block *blk, stack_scratch *sc, comm *ep, int N,
+                      hearth_err *err);
+int moe_forward_dispatch(const stack_cfg *c, block *blk, stack_scratch *sc, comm *ep,
+                         hearth_err *err);
+int moe_forward_experts(const stack_cfg *c, block *blk, stack_scratch *sc, hearth_err *err);
+int moe_forward_combine(const stack_cfg *c, block *blk, stack_scratch *sc, comm *ep,
+                        float *out, int N, hearth_err *err);
+int moe_backward_unpermute(const stack_cfg *c, block *blk, stack_scratch *sc,
+                           const float *dout, int N, hearth_err *err);
+int moe_backward_dispatch(const stack_cfg *c, block *blk, stack_scratch *sc, comm *ep,
+                          hearth_err *err);
+int moe_backward_experts(const stack_cfg *c, block *blk, stack_scratch *sc, int N,
+                         hearth_err *err);
+int moe_backward_combine(const stack_cfg *c, block *blk, stack_scratch *sc, comm *ep,
+                         const float *dout, float *dh, int N, float aux_scale,
+                         hearth_err *err);
 /* Floats/ints the MoE layer and its scratch take for N tokens (sizing, see block.c). */
 void moe_take(const stack_cfg *c, block *blk, farena *fa, iarena *ia, int N);
 void moe_take_scratch(const stack_cfg *c, stack_scratch *sc, farena *fa, int N);
@@ -250,6 +304,7 @@ typedef struct {
     float *f1, *g1, *y;             /* [U, hidden], [U, hidden], [U, out] (window order) */
     float *dy, *dg1, *df1, *dhn;
     float *fbuf;
+    fp8_layer *fp8;                 /* FP8 state of fc1/fc2 (fp8.h); NULL = fp32 */
 } projector_part;
 
 typedef struct {
@@ -266,8 +321,9 @@ typedef struct {
     float *norm_w, *norm_b, *norm_gw, *norm_gb;
     float *head_w, *head_gw;        /* the embedding (or its last-stage copy) when tied */
     int cap_tokens, cap_chunk;
-    /* the pending micro batch (model_stage_forward -> model_stage_backward) */
-    int pending;
+    /* the pending micro batch (model_stage_forward -> model_stage_backward); begun:
+     * model_stage_forward_begin done, its stack not run yet */
+    int pending, begun;
     int n_tokens, n_local, row0;    /* N, local rows, first local row */
     int seq_len, n_targets, n_chunks;
     stack_ctx ctx;
@@ -284,6 +340,7 @@ typedef struct {
     double *csum;                   /* [2 chunk] sums of exponentials, target logits */
     float *fbuf;
     int *ibuf;
+    fp8_layer *head_fp8;            /* FP8 state of the LM head (fp8.h); NULL = fp32 */
 } decoder_part;
 
 struct model {
@@ -301,6 +358,7 @@ struct model {
     int cap_img_units;
     int *pin_route;                 /* model_pin_routing: expert indices, or NULL */
     size_t n_pin;
+    struct fp8_model *fp8;          /* model_set_fp8 (fp8_model.c); NULL = no FP8 */
 };
 
 /* Encoder + projector forward of n_images images into m->img_feat (m->enc.n_units rows,
@@ -314,10 +372,10 @@ int encoder_backward(model *m, hearth_err *err);
  * takes dy_orig in the original order, accumulates parameter gradients and, when dx is
  * not NULL, overwrites dx [U * merge^2, in / merge^2] with the input gradient. */
 int projector_reserve(projector_part *pj, int n_units, hearth_err *err);
-void projector_forward(projector_part *pj, const float *x, float *y_orig, const int *win_idx,
-                       int n_units);
-void projector_backward(projector_part *pj, const float *x, const float *dy_orig,
-                        float *dx, const int *win_idx, int n_units);
+int projector_forward(projector_part *pj, const float *x, float *y_orig, const int *win_idx,
+                      int n_units, hearth_err *err);
+int projector_backward(projector_part *pj, const float *x, const float *dy_orig,
+                       float *dx, const int *win_idx, int n_units, hearth_err *err);
 
 /* The parameter table (model_reg.c): builds m->tensors, m->params, m->grads for the
  * parts set up in m (values as the full model from `seed` would have them, sliced), or,

@@ -250,6 +250,10 @@ int model_clone(model **out, model *owner, hearth_err *err)
     m->tensors = owner->tensors;
     m->n_tensors = owner->n_tensors;
     model_reg_bind(m);
+    if ((rc = fp8_model_clone(m, owner, err))) {
+        model_free(m);
+        return rc;
+    }
     *out = m;
     return 0;
 }
@@ -277,6 +281,7 @@ void model_free(model *m)
     free(m->img_feat);
     free(m->dimg_feat);
     free(m->pin_route);
+    fp8_model_free(m);
     if (!m->owner) {
         free(m->tensors);
         free(m->params);

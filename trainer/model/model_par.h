@@ -132,6 +132,42 @@ int model_stage_backward(model *m, const float *dy, float loss_scale, float aux_
  * img_grad still gets every image row on every tp rank. */
 const float *model_stage_input_grad(const model *m, size_t *n_floats);
 
+/* ---- two micro batches at once (parallel.a2a_overlap) ----------------------------------
+ * The stage forward in two halves: model_stage_forward is model_stage_forward_begin
+ * followed by model_stage_forward_pair({m, NULL}).  Begin takes what model_stage_forward
+ * takes and does the part before the decoder layers (checks, positions, the embedding and
+ * image rows, or the copy of x_in; img and x_in are not read after it returns, so the
+ * caller may reuse them for the next micro batch); the pair call runs the layers and the
+ * head.
+ *
+ * model_stage_forward_pair(m, stats): m[0] and m[1] are two begun objects of the same
+ * stage (a model and its clone, or two clones; m[1] NULL: m[0] alone), each carrying its
+ * own micro batch.  Their decoder layers run interleaved: a MoE layer is cut into
+ * attention / dispatch / experts / combine nodes and the two micro batches alternate so
+ * that one's all_to_allv sits between the other's compute (on GPU the all-to-all would go
+ * on a communication stream; on the local backend the order is all that changes).  Dense
+ * layers run whole, one micro batch after the other.  stats[i] as model_stage_forward's
+ * for m[i] (stats may be NULL).  Afterwards both are pending, as after
+ * model_stage_forward.
+ *
+ * model_stage_backward_pair(m, dy, loss_scale, aux_scale, img_grad): the backward of two
+ * pending objects of one stage (m[1] NULL: m[0] alone, which is model_stage_backward),
+ * interleaved the same way; dy[i] and img_grad[i] as model_stage_backward's for m[i].
+ *
+ * Results.  Each micro batch's arithmetic is unchanged, and every parameter gradient
+ * gets m[0]'s contribution before m[1]'s, as when the two run one after the other (the
+ * head first, then the layers, then the embedding); so outputs, losses, input gradients
+ * and parameter gradients are bitwise those of the sequential calls.  The one exception
+ * is a tied head and embedding on the same stage: the pair adds both heads' gradients
+ * before both embeddings' (the sequential order interleaves them), which is the same sum
+ * in another fp32 order.  Every rank of a tp and ep group must pair the same micro
+ * batches (the collectives run in node order). */
+int model_stage_forward_begin(model *m, const vlm_batch *b, const float *img, int n_img_rows,
+                              const float *x_in, hearth_err *err);
+int model_stage_forward_pair(model *const m[2], model_stats stats[2], hearth_err *err);
+int model_stage_backward_pair(model *const m[2], const float *const dy[2], float loss_scale,
+                              float aux_scale, float *const img_grad[2], hearth_err *err);
+
 /* Tokens this rank holds in the stage activations for a micro batch of n tokens
  * (n / tp under sp, else n). */
 int model_local_tokens(const model *m, int n_tokens);

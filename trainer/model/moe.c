@@ -23,7 +23,11 @@
  * local expert runs one matmul over all its rows, then the outputs travel back the same
  * way and the ordinary unpermute weights them.  The backward repeats the trip for the
  * output gradient and returns the input gradient rows.  Router, aux loss and shared
- * expert stay per rank, on its own tokens. */
+ * expert stay per rank, on its own tokens.
+ *
+ * The layer is written as the four nodes of internal.h (route, dispatch, experts,
+ * combine; the backward likewise), so that block.c can interleave two micro batches
+ * between them; moe_forward / moe_backward run them in order. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,8 +103,9 @@ static float pin_routing(block *b, int N, int E, int K)
 /* ---- the experts ----------------------------------------------------------------
  * Local expert e (weights at index e of the block's [El] arrays) runs on rows
  * [off[e], off[e+1]) of x; u, a, y are the gate|up, activation and output rows. */
-static void experts_forward(const stack_cfg *c, const block_params *p, const int *off,
-                            int ne, const float *x, float *u, float *a, float *y)
+static int experts_forward(const stack_cfg *c, const block_params *p, const int *off,
+                           int ne, const float *x, float *u, float *a, float *y,
+                           hearth_err *err)
 {
     int H = c->H, Fm = c->Fm;
     for (int e = 0; e < ne; e++) {
@@ -110,17 +115,23 @@ static void experts_forward(const stack_cfg *c, const block_params *p, const int
             continue;
         const float *w1 = p->exp_fc1_w + (size_t)e * 2 * Fm * H;
         const float *w2 = p->exp_fc2_w + (size_t)e * H * Fm;
-        kcpu_matmul_forward(u + r0 * 2 * Fm, x + r0 * H, w1, NULL, n, H, 2 * Fm);
+        int rc = fp8_linear_forward(p->fp8, FP8_EXPERT_FC1, e, 0, u + r0 * 2 * Fm,
+                                    x + r0 * H, w1, NULL, n, H, 2 * Fm, err);
+        if (rc)
+            return rc;
         kcpu_swiglu_forward(a + r0 * Fm, u + r0 * 2 * Fm, n, Fm);
-        kcpu_matmul_forward(y + r0 * H, a + r0 * Fm, w2, NULL, n, Fm, H);
+        if ((rc = fp8_linear_forward(p->fp8, FP8_EXPERT_FC2, e, 0, y + r0 * H, a + r0 * Fm,
+                                     w2, NULL, n, Fm, H, err)))
+            return rc;
     }
+    return 0;
 }
 
 /* dy -> dx (accumulated, like da and du, which the caller zeroes) and the weight
  * gradients of the local experts. */
-static void experts_backward(const stack_cfg *c, const block *b, const int *off, int ne,
-                             const float *dy, const float *x, const float *u,
-                             const float *a, float *da, float *du, float *dx)
+static int experts_backward(const stack_cfg *c, const block *b, const int *off, int ne,
+                            const float *dy, const float *x, const float *u,
+                            const float *a, float *da, float *du, float *dx, hearth_err *err)
 {
     const block_params *p = &b->p, *g = &b->g;
     int H = c->H, Fm = c->Fm;
@@ -130,12 +141,20 @@ static void experts_backward(const stack_cfg *c, const block *b, const int *off,
         if (n == 0)
             continue;
         size_t o1 = (size_t)e * 2 * Fm * H, o2 = (size_t)e * H * Fm;
-        kcpu_matmul_backward(da + r0 * Fm, g->exp_fc2_w ? g->exp_fc2_w + o2 : NULL, NULL,
-                             dy + r0 * H, a + r0 * Fm, p->exp_fc2_w + o2, n, Fm, H);
+        int rc = fp8_linear_backward(p->fp8, FP8_EXPERT_FC2, e, da + r0 * Fm,
+                                     g->exp_fc2_w ? g->exp_fc2_w + o2 : NULL, NULL,
+                                     dy + r0 * H, a + r0 * Fm, p->exp_fc2_w + o2, n, Fm, H,
+                                     err);
+        if (rc)
+            return rc;
         kcpu_swiglu_backward(du + r0 * 2 * Fm, da + r0 * Fm, u + r0 * 2 * Fm, n, Fm);
-        kcpu_matmul_backward(dx + r0 * H, g->exp_fc1_w ? g->exp_fc1_w + o1 : NULL, NULL,
-                             du + r0 * 2 * Fm, x + r0 * H, p->exp_fc1_w + o1, n, H, 2 * Fm);
+        if ((rc = fp8_linear_backward(p->fp8, FP8_EXPERT_FC1, e, dx + r0 * H,
+                                      g->exp_fc1_w ? g->exp_fc1_w + o1 : NULL, NULL,
+                                      du + r0 * 2 * Fm, x + r0 * H, p->exp_fc1_w + o1, n, H,
+                                      2 * Fm, err)))
+            return rc;
     }
+    return 0;
 }
 
 /* ---- expert parallel exchange ------------------------------------------------------ */
@@ -228,15 +247,47 @@ static int ep_scratch(const stack_cfg *c, stack_scratch *sc, size_t R, float **s
     return 0;
 }
 
-/* Forward of the routed experts under ep: b->xp (plan order) -> b->ye (plan order). */
-static int ep_forward(const stack_cfg *c, block *b, stack_scratch *sc, comm *ep,
+/* ---- the nodes ------------------------------------------------------------------------
+ * The layer runs as four nodes (internal.h), so that with parallel.a2a_overlap another
+ * micro batch's compute can sit between them while the rows travel.  Each node reads and
+ * writes only this block's buffers and its stack's scratch; which node ran last is not
+ * checked (block.c calls them in order).  Under ep the exchanges' scratch (stage rows and
+ * the expert outputs) lives in sc->ep_buf, sized in the first node and left alone until
+ * the last one, so it is re-derived rather than carried. */
+
+/* The exchange's index scratch: 4 ep entries. */
+static size_t *ep_index(const stack_cfg *c, hearth_err *err)
+{
+    size_t *w = malloc((size_t)4 * c->ep * sizeof *w);
+    if (!w)
+        herr_set(err, HERR_NOMEM, "moe: out of memory");
+    return w;
+}
+
+int moe_forward_route(const stack_cfg *c, block *b, stack_scratch *sc, comm *ep, int N,
                       hearth_err *err)
 {
-    int E = c->E, El = c->El, P = c->ep;
+    const block_params *p = &b->p;
+    int H = c->H, E = c->E, K = c->K, El = c->El, P = c->ep;
+    float aux = 0;
+
+    int rc = fp8_linear_forward(p->fp8, FP8_ROUTER, 0, N, b->logits, b->h2, p->router_w,
+                                NULL, N, H, E, err);
+    if (rc)
+        return rc;
+    kcpu_moe_router_forward(b->topk_idx, b->topk_w, b->probs, &aux, b->logits, N, E, K);
+    if (b->pin)
+        aux = pin_routing(b, N, E, K);
+    b->aux = aux;
+    kcpu_moe_plan(b->offsets, b->row_src, b->slot_row, b->topk_idx, N, E, K);
+    kcpu_moe_permute_forward(b->xp, b->h2, b->row_src, N, K, H);
+    if (P <= 1)
+        return 0;
+    /* The per-expert counts go first, so that every rank knows what arrives. */
     int *scnt = b->ep_cnt;
     for (int e = 0; e < E; e++)
         scnt[e] = b->offsets[e + 1] - b->offsets[e];
-    int rc = comm_all_to_all(ep, scnt, b->ep_cnt + E, (size_t)El, COMM_I32, err);
+    rc = comm_all_to_all(ep, scnt, b->ep_cnt + E, (size_t)El, COMM_I32, err);
     if (rc)
         return rc;
     b->ep_off[0] = 0;
@@ -246,122 +297,196 @@ static int ep_forward(const stack_cfg *c, block *b, stack_scratch *sc, comm *ep,
             n += rcnt(c, b, j, i);
         b->ep_off[i + 1] = b->ep_off[i] + n;
     }
-    size_t R = (size_t)b->ep_off[El], H = (size_t)c->H, Fm = (size_t)c->Fm;
+    size_t R = (size_t)b->ep_off[El], Hs = (size_t)H, Fm = (size_t)c->Fm;
     b->ep_rows = (int)R;
     float *stage, *y, *dx, *da, *du;
-    if ((rc = grow(&b->ep_buf, &b->ep_cap, R * (H + 3 * Fm), err)) ||
+    if ((rc = grow(&b->ep_buf, &b->ep_cap, R * (Hs + 3 * Fm), err)) ||
         (rc = ep_scratch(c, sc, R, &stage, &y, &dx, &da, &du, err)))
         return rc;
     b->xr = b->ep_buf;
-    b->ur = b->xr + R * H;
+    b->ur = b->xr + R * Hs;
     b->ar = b->ur + R * 2 * Fm;
-    size_t *w = malloc((size_t)4 * P * sizeof *w);
-    if (!w)
-        return herr_set(err, HERR_NOMEM, "moe: out of memory");
-    if (!(rc = exchange(ep, c, b, b->xp, stage, 0, w, err))) {
-        regroup(c, b, b->xr, stage, 1, w);
-        experts_forward(c, &b->p, b->ep_off, El, b->xr, b->ur, b->ar, y);
-        regroup(c, b, stage, y, 0, w);
-        rc = exchange(ep, c, b, stage, b->ye, 1, w, err);
-    }
-    free(w);
-    return rc;
-}
-
-/* Backward of the routed experts under ep: sc->dye (plan order) -> sc->dxp (plan order,
- * overwritten). */
-static int ep_backward(const stack_cfg *c, block *b, stack_scratch *sc, comm *ep,
-                       hearth_err *err)
-{
-    size_t R = (size_t)b->ep_rows, H = (size_t)c->H, Fm = (size_t)c->Fm;
-    float *stage, *dy, *dx, *da, *du;
-    int rc = ep_scratch(c, sc, R, &stage, &dy, &dx, &da, &du, err);
-    if (rc)
-        return rc;
-    size_t *w = malloc((size_t)4 * c->ep * sizeof *w);
-    if (!w)
-        return herr_set(err, HERR_NOMEM, "moe: out of memory");
-    if (!(rc = exchange(ep, c, b, sc->dye, stage, 0, w, err))) {
-        regroup(c, b, dy, stage, 1, w);
-        zero(da, R * Fm);
-        zero(du, R * 2 * Fm);
-        zero(dx, R * H);
-        experts_backward(c, b, b->ep_off, c->El, dy, b->xr, b->ur, b->ar, da, du, dx);
-        regroup(c, b, stage, dx, 0, w);
-        rc = exchange(ep, c, b, stage, sc->dxp, 1, w, err);
-    }
-    free(w);
-    return rc;
-}
-
-/* ---- the layer --------------------------------------------------------------------- */
-
-int moe_forward(const stack_cfg *c, block *b, stack_scratch *sc, comm *ep, float *out,
-                int N, double *aux_out, hearth_err *err)
-{
-    const block_params *p = &b->p;
-    int H = c->H, E = c->E, K = c->K, Fs = c->Fs;
-    float aux = 0;
-
-    kcpu_matmul_forward(b->logits, b->h2, p->router_w, NULL, N, H, E);
-    kcpu_moe_router_forward(b->topk_idx, b->topk_w, b->probs, &aux, b->logits, N, E, K);
-    if (b->pin)
-        aux = pin_routing(b, N, E, K);
-    kcpu_moe_plan(b->offsets, b->row_src, b->slot_row, b->topk_idx, N, E, K);
-    kcpu_moe_permute_forward(b->xp, b->h2, b->row_src, N, K, H);
-    if (c->ep > 1) {
-        int rc = ep_forward(c, b, sc, ep, err);
-        if (rc)
-            return rc;
-    } else {
-        experts_forward(c, p, b->offsets, E, b->xp, b->ue, b->ae, b->ye);
-    }
-    kcpu_moe_unpermute_forward(out, b->ye, b->topk_w, b->slot_row, N, K, H);
-    if (Fs > 0) {
-        kcpu_matmul_forward(b->us, b->h2, p->sh_fc1_w, NULL, N, H, 2 * Fs);
-        kcpu_swiglu_forward(b->as, b->us, N, Fs);
-        kcpu_matmul_forward(sc->shared_out, b->as, p->sh_fc2_w, NULL, N, Fs, H);
-        kcpu_accumulate(out, sc->shared_out, (size_t)N * H);
-    }
-    *aux_out = aux;
     return 0;
 }
 
-int moe_backward(const stack_cfg *c, block *b, stack_scratch *sc, comm *ep,
-                 const float *dout, float *dh, int N, float aux_scale, hearth_err *err)
+int moe_forward_dispatch(const stack_cfg *c, block *b, stack_scratch *sc, comm *ep,
+                         hearth_err *err)
 {
-    const block_params *p = &b->p, *g = &b->g;
-    int H = c->H, E = c->E, K = c->K, Fm = c->Fm, Fs = c->Fs;
-    size_t nk = (size_t)N * K;
+    if (c->ep <= 1)
+        return 0;
+    size_t *w = ep_index(c, err);
+    if (!w)
+        return HERR_NOMEM;
+    int rc = exchange(ep, c, b, b->xp, sc->ep_buf, 0, w, err);
+    free(w);
+    return rc;
+}
 
+int moe_forward_experts(const stack_cfg *c, block *b, stack_scratch *sc, hearth_err *err)
+{
+    if (c->ep <= 1) {
+        return experts_forward(c, &b->p, b->offsets, c->E, b->xp, b->ue, b->ae, b->ye, err);
+    }
+    size_t *w = ep_index(c, err);
+    if (!w)
+        return HERR_NOMEM;
+    float *stage = sc->ep_buf, *y = stage + (size_t)b->ep_rows * c->H;
+    regroup(c, b, b->xr, stage, 1, w);
+    int rc = experts_forward(c, &b->p, b->ep_off, c->El, b->xr, b->ur, b->ar, y, err);
+    regroup(c, b, stage, y, 0, w);
+    free(w);
+    return rc;
+}
+
+int moe_forward_combine(const stack_cfg *c, block *b, stack_scratch *sc, comm *ep,
+                        float *out, int N, hearth_err *err)
+{
+    const block_params *p = &b->p;
+    int H = c->H, K = c->K, Fs = c->Fs;
+    if (c->ep > 1) {
+        size_t *w = ep_index(c, err);
+        if (!w)
+            return HERR_NOMEM;
+        int rc = exchange(ep, c, b, sc->ep_buf, b->ye, 1, w, err);
+        free(w);
+        if (rc)
+            return rc;
+    }
+    kcpu_moe_unpermute_forward(out, b->ye, b->topk_w, b->slot_row, N, K, H);
+    if (Fs > 0) {
+        int rc = fp8_linear_forward(p->fp8, FP8_SHARED_FC1, 0, N, b->us, b->h2, p->sh_fc1_w,
+                                    NULL, N, H, 2 * Fs, err);
+        if (rc)
+            return rc;
+        kcpu_swiglu_forward(b->as, b->us, N, Fs);
+        if ((rc = fp8_linear_forward(p->fp8, FP8_SHARED_FC2, 0, N, sc->shared_out, b->as,
+                                     p->sh_fc2_w, NULL, N, Fs, H, err)))
+            return rc;
+        kcpu_accumulate(out, sc->shared_out, (size_t)N * H);
+    }
+    return 0;
+}
+
+int moe_backward_unpermute(const stack_cfg *c, block *b, stack_scratch *sc,
+                           const float *dout, int N, hearth_err *err)
+{
+    int H = c->H, K = c->K;
+    size_t nk = (size_t)N * K;
     zero(sc->dye, nk * H);
     zero(sc->dtopk, nk);
     kcpu_moe_unpermute_backward(sc->dye, sc->dtopk, dout, b->ye, b->topk_w, b->slot_row, N,
                                 K, H);
-    if (c->ep > 1) {
-        int rc = ep_backward(c, b, sc, ep, err);
-        if (rc)
-            return rc;
-    } else {
+    if (c->ep <= 1)
+        return 0;
+    float *stage, *dy, *dx, *da, *du;
+    return ep_scratch(c, sc, (size_t)b->ep_rows, &stage, &dy, &dx, &da, &du, err);
+}
+
+int moe_backward_dispatch(const stack_cfg *c, block *b, stack_scratch *sc, comm *ep,
+                          hearth_err *err)
+{
+    if (c->ep <= 1)
+        return 0;
+    size_t *w = ep_index(c, err);
+    if (!w)
+        return HERR_NOMEM;
+    int rc = exchange(ep, c, b, sc->dye, sc->ep_buf, 0, w, err);
+    free(w);
+    return rc;
+}
+
+int moe_backward_experts(const stack_cfg *c, block *b, stack_scratch *sc, int N,
+                         hearth_err *err)
+{
+    size_t H = (size_t)c->H, Fm = (size_t)c->Fm;
+    if (c->ep <= 1) {
+        size_t nk = (size_t)N * c->K;
         zero(sc->dae, nk * Fm);
         zero(sc->due, nk * 2 * Fm);
         zero(sc->dxp, nk * H);
-        experts_backward(c, b, b->offsets, E, sc->dye, b->xp, b->ue, b->ae, sc->dae, sc->due,
-                         sc->dxp);
+        return experts_backward(c, b, b->offsets, c->E, sc->dye, b->xp, b->ue, b->ae,
+                                sc->dae, sc->due, sc->dxp, err);
+    }
+    size_t R = (size_t)b->ep_rows;
+    float *stage, *dy, *dx, *da, *du;
+    int rc = ep_scratch(c, sc, R, &stage, &dy, &dx, &da, &du, err);
+    if (rc)
+        return rc;
+    size_t *w = ep_index(c, err);
+    if (!w)
+        return HERR_NOMEM;
+    regroup(c, b, dy, stage, 1, w);
+    zero(da, R * Fm);
+    zero(du, R * 2 * Fm);
+    zero(dx, R * H);
+    rc = experts_backward(c, b, b->ep_off, c->El, dy, b->xr, b->ur, b->ar, da, du, dx, err);
+    regroup(c, b, stage, dx, 0, w);
+    free(w);
+    return rc;
+}
+
+int moe_backward_combine(const stack_cfg *c, block *b, stack_scratch *sc, comm *ep,
+                         const float *dout, float *dh, int N, float aux_scale,
+                         hearth_err *err)
+{
+    const block_params *p = &b->p, *g = &b->g;
+    int H = c->H, E = c->E, K = c->K, Fs = c->Fs;
+    if (c->ep > 1) {
+        size_t *w = ep_index(c, err);
+        if (!w)
+            return HERR_NOMEM;
+        int rc = exchange(ep, c, b, sc->ep_buf, sc->dxp, 1, w, err);
+        free(w);
+        if (rc)
+            return rc;
     }
     kcpu_moe_permute_backward(dh, sc->dxp, b->row_src, N, K, H);
 
     zero(sc->dlogits, (size_t)N * E);
     kcpu_moe_router_backward(sc->dlogits, sc->dtopk, aux_scale, b->probs, b->topk_idx,
                              b->topk_w, N, E, K);
-    kcpu_matmul_backward(dh, g->router_w, NULL, sc->dlogits, b->h2, p->router_w, N, H, E);
+    int rc = fp8_linear_backward(p->fp8, FP8_ROUTER, 0, dh, g->router_w, NULL, sc->dlogits,
+                                 b->h2, p->router_w, N, H, E, err);
+    if (rc)
+        return rc;
 
     if (Fs > 0) {
         zero(sc->da, (size_t)N * Fs);
-        kcpu_matmul_backward(sc->da, g->sh_fc2_w, NULL, dout, b->as, p->sh_fc2_w, N, Fs, H);
+        if ((rc = fp8_linear_backward(p->fp8, FP8_SHARED_FC2, 0, sc->da, g->sh_fc2_w, NULL,
+                                      dout, b->as, p->sh_fc2_w, N, Fs, H, err)))
+            return rc;
         zero(sc->du, (size_t)N * 2 * Fs);
         kcpu_swiglu_backward(sc->du, sc->da, b->us, N, Fs);
-        kcpu_matmul_backward(dh, g->sh_fc1_w, NULL, sc->du, b->h2, p->sh_fc1_w, N, H, 2 * Fs);
+        if ((rc = fp8_linear_backward(p->fp8, FP8_SHARED_FC1, 0, dh, g->sh_fc1_w, NULL,
+                                      sc->du, b->h2, p->sh_fc1_w, N, H, 2 * Fs, err)))
+            return rc;
     }
+    return 0;
+}
+
+/* ---- the layer in one go --------------------------------------------------------------- */
+
+int moe_forward(const stack_cfg *c, block *b, stack_scratch *sc, comm *ep, float *out,
+                int N, double *aux_out, hearth_err *err)
+{
+    int rc;
+    if ((rc = moe_forward_route(c, b, sc, ep, N, err)) ||
+        (rc = moe_forward_dispatch(c, b, sc, ep, err)) ||
+        (rc = moe_forward_experts(c, b, sc, err)) ||
+        (rc = moe_forward_combine(c, b, sc, ep, out, N, err)))
+        return rc;
+    *aux_out = b->aux;
+    return 0;
+}
+
+int moe_backward(const stack_cfg *c, block *b, stack_scratch *sc, comm *ep,
+                 const float *dout, float *dh, int N, float aux_scale, hearth_err *err)
+{
+    int rc;
+    if ((rc = moe_backward_unpermute(c, b, sc, dout, N, err)) ||
+        (rc = moe_backward_dispatch(c, b, sc, ep, err)) ||
+        (rc = moe_backward_experts(c, b, sc, N, err)) ||
+        (rc = moe_backward_combine(c, b, sc, ep, dout, dh, N, aux_scale, err)))
+        return rc;
     return 0;
 }

@@ -50,37 +50,47 @@ static kgelu_kind gelu_of(const projector_shape *s)
     return s->gelu == GELU_ERF ? KGELU_ERF : KGELU_TANH;
 }
 
-void projector_forward(projector_part *pj, const float *x, float *y_orig, const int *win_idx,
-                       int U)
+int projector_forward(projector_part *pj, const float *x, float *y_orig, const int *win_idx,
+                      int U, hearth_err *err)
 {
     int C = pj->in / pj->merge2, P = U * pj->merge2;
     norm_forward(pj->sh->norm, pj->hn, pj->mean, pj->rstd, x, pj->norm_w, pj->norm_b, P, C,
                  pj->sh->norm_eps);
-    kcpu_matmul_forward(pj->f1, pj->hn, pj->fc1_w, pj->fc1_b, U, pj->in, pj->hidden);
+    int rc = fp8_linear_forward(pj->fp8, FP8_FC1, 0, U, pj->f1, pj->hn, pj->fc1_w, pj->fc1_b,
+                                U, pj->in, pj->hidden, err);
+    if (rc)
+        return rc;
     kcpu_gelu_forward(pj->g1, pj->f1, (size_t)U * pj->hidden, gelu_of(pj->sh));
-    kcpu_matmul_forward(pj->y, pj->g1, pj->fc2_w, pj->fc2_b, U, pj->hidden, pj->out);
+    if ((rc = fp8_linear_forward(pj->fp8, FP8_FC2, 0, U, pj->y, pj->g1, pj->fc2_w, pj->fc2_b,
+                                 U, pj->hidden, pj->out, err)))
+        return rc;
     for (int u = 0; u < U; u++)
         memcpy(y_orig + (size_t)win_idx[u] * pj->out, pj->y + (size_t)u * pj->out,
                (size_t)pj->out * sizeof(float));
+    return 0;
 }
 
-void projector_backward(projector_part *pj, const float *x, const float *dy_orig, float *dx,
-                        const int *win_idx, int U)
+int projector_backward(projector_part *pj, const float *x, const float *dy_orig, float *dx,
+                       const int *win_idx, int U, hearth_err *err)
 {
     int C = pj->in / pj->merge2, P = U * pj->merge2;
     for (int u = 0; u < U; u++)
         memcpy(pj->dy + (size_t)u * pj->out, dy_orig + (size_t)win_idx[u] * pj->out,
                (size_t)pj->out * sizeof(float));
     memset(pj->dg1, 0, (size_t)U * pj->hidden * sizeof(float));
-    kcpu_matmul_backward(pj->dg1, pj->fc2_gw, pj->fc2_gb, pj->dy, pj->g1, pj->fc2_w, U,
-                         pj->hidden, pj->out);
+    int rc = fp8_linear_backward(pj->fp8, FP8_FC2, 0, pj->dg1, pj->fc2_gw, pj->fc2_gb, pj->dy,
+                                 pj->g1, pj->fc2_w, U, pj->hidden, pj->out, err);
+    if (rc)
+        return rc;
     memset(pj->df1, 0, (size_t)U * pj->hidden * sizeof(float));
     kcpu_gelu_backward(pj->df1, pj->dg1, pj->f1, (size_t)U * pj->hidden, gelu_of(pj->sh));
     memset(pj->dhn, 0, (size_t)P * C * sizeof(float));
-    kcpu_matmul_backward(pj->dhn, pj->fc1_gw, pj->fc1_gb, pj->df1, pj->hn, pj->fc1_w, U,
-                         pj->in, pj->hidden);
+    if ((rc = fp8_linear_backward(pj->fp8, FP8_FC1, 0, pj->dhn, pj->fc1_gw, pj->fc1_gb, pj->df1,
+                                  pj->hn, pj->fc1_w, U, pj->in, pj->hidden, err)))
+        return rc;
     if (dx)
         memset(dx, 0, (size_t)P * C * sizeof(float));
     norm_backward(pj->sh->norm, dx, pj->norm_gw, pj->norm_gb, pj->dhn, x, pj->norm_w,
                   pj->mean, pj->rstd, P, C);
+    return 0;
 }

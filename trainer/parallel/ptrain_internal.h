@@ -34,7 +34,8 @@ typedef struct {
 typedef struct {
     model *m;               /* owned (the chunk's owner model for slot 0: borrowed) */
     int micro;              /* -1: free */
-    float *xin;             /* the stage input received for this micro batch */
+    float *xin;             /* the stage input received for this micro batch, then
+                               (free after the forward) its output gradient */
     size_t cap_xin;
 } pt_slot;
 
@@ -69,10 +70,9 @@ struct ptrain {
     lr_schedule sched;
     int M, M_local;         /* micro batches of the step, of this DP rank */
     pt_micro *micro;        /* [M_local] */
-    pp_op *ops;
+    pp_op *ops;             /* op.micro is a unit: micro batches [unit*u, unit*u + unit) */
     int n_ops;
-    float *xbuf;            /* receive buffer for stage inputs / output gradients */
-    size_t cap_xbuf;
+    int unit;               /* micro batches per unit: 2 under a2a_overlap with MoE, else 1 */
     float loss_scale, aux_scale;
     /* encoder (ptrain_encode.c) */
     int has_encoder;        /* the model has an encoder on this rank */

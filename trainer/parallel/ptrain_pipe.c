@@ -5,7 +5,15 @@
  * Virtual stage vs = chunk * pp + stage; its input comes from vs - 1 and its output goes
  * to vs + 1, on the PP group's ranks (vs % pp).  A message to virtual stage r about micro
  * batch j has tag 2 * (j * n_virtual + r) (+1 for gradients), so every (peer, tag) pair
- * is used once per step and the order of sends never matters (sends are buffered). */
+ * is used once per step and the order of sends never matters (sends are buffered).
+ *
+ * Units (parallel.a2a_overlap, docs/parallel/a2a_overlap.md).  The schedule's ops work on
+ * units of t->unit consecutive micro batches: 1 normally; 2 when the overlap is on and
+ * the decoder has MoE layers, so that a unit's forward and backward run its two micro
+ * batches as a pair (model_stage_forward_pair: the all_to_allv of one between the other's
+ * compute); the last unit of an odd count has one.  Every stage and every rank of a DP
+ * (hence EP) group builds the same units, so matched collectives stay matched.  Inputs,
+ * outputs and gradients still travel per micro batch. */
 #include "parallel/ptrain_internal.h"
 
 #include <stdlib.h>
@@ -13,18 +21,20 @@
 
 int pt_pipe_init(ptrain *t, hearth_err *err)
 {
-    int cap = 2 * t->M_local * t->vpp;
+    const run_config *c = &t->cfg;
+    t->unit = c->parallel.a2a_overlap && c->model.decoder.moe_experts > 0 ? 2 : 1;
+    int units = (t->M_local + t->unit - 1) / t->unit;
+    int cap = 2 * units * t->vpp;
     t->ops = calloc((size_t)(cap > 0 ? cap : 1), sizeof *t->ops);
     t->slots = calloc((size_t)t->vpp, sizeof *t->slots);
     t->n_slots = calloc((size_t)t->vpp, sizeof *t->n_slots);
     if (!t->ops || !t->slots || !t->n_slots)
         return herr_set(err, HERR_NOMEM, "pipeline: out of memory");
     /* The same op lists on every stage, checked for deadlocks before anything runs. */
-    int rc = pp_schedule_check(t->lay.pp, t->vpp, t->M_local, NULL, err);
+    int rc = pp_schedule_check(t->lay.pp, t->vpp, units, NULL, err);
     if (rc)
         return rc;
-    int n = pp_schedule_build(t->ops, cap, t->lay.pp, t->vpp, t->dec->coords.p, t->M_local,
-                              err);
+    int n = pp_schedule_build(t->ops, cap, t->lay.pp, t->vpp, t->dec->coords.p, units, err);
     if (n < 0)
         return n;
     t->n_ops = n;
@@ -45,7 +55,6 @@ void pt_pipe_free(ptrain *t)
     free(t->slots);
     free(t->n_slots);
     free(t->ops);
-    free(t->xbuf);
 }
 
 /* A free slot of chunk v for micro batch j; slot 0 is the chunk's own model, more are
@@ -96,15 +105,25 @@ static size_t act_floats(const ptrain *t, model *m, int j)
     return (size_t)model_local_tokens(m, b->n_seq * b->seq_len) * (size_t)t->Hd;
 }
 
-static int op_forward(ptrain *t, int j, int v, hearth_err *err)
+/* Micro batches [*j0, *j0 + return) of unit u. */
+static int unit_micros(const ptrain *t, int u, int *j0)
+{
+    *j0 = u * t->unit;
+    int n = t->M_local - *j0;
+    return n < t->unit ? n : t->unit;
+}
+
+/* Takes a slot for micro batch j on chunk v, gets its input (embeddings from the encoder
+ * strategy, or the previous stage's output) and begins its stage forward. */
+static int forward_begin(ptrain *t, int j, int v, pt_slot **out, hearth_err *err)
 {
     int pp = t->lay.pp, vs = v * pp + t->dec->coords.p;
-    comm *pg = t->dec->group[PS_PP];
     pt_micro *mi = &t->micro[j];
     pt_slot *s = NULL;
     int rc = slot_acquire(t, v, j, &s, err);
     if (rc)
         return rc;
+    *out = s;
     const model_par *par = model_get_par(s->m);
     size_t nx = act_floats(t, s->m, j);
     const float *img = NULL;
@@ -115,72 +134,130 @@ static int op_forward(ptrain *t, int j, int v, hearth_err *err)
         t->enc_ms += pt_now_ms() - e0;
     } else {
         if ((rc = pt_grow((void **)&s->xin, &s->cap_xin, nx, sizeof(float), err)) ||
-            (rc = comm_recv(pg, s->xin, nx, COMM_F32, (vs - 1) % pp, tag_of(t, j, vs, 0),
-                            err)))
+            (rc = comm_recv(t->dec->group[PS_PP], s->xin, nx, COMM_F32, (vs - 1) % pp,
+                            tag_of(t, j, vs, 0), err)))
             return herr_prefix(err, rc, "pipeline: micro batch %d, input of stage %d", j, vs);
     }
     double d0 = pt_now_ms();
-    model_stats ms;
-    memset(&ms, 0, sizeof ms);
-    if ((rc = model_stage_forward(s->m, &mi->view, img, mi->n_units,
-                                  par->has_embed ? NULL : s->xin, &ms, err)))
-        return herr_prefix(err, rc, "micro batch %d, stage %d forward", j, vs);
+    /* img is only valid until the next pt_encode_before_forward: begin copies it. */
+    rc = model_stage_forward_begin(s->m, &mi->view, img, mi->n_units,
+                                   par->has_embed ? NULL : s->xin, err);
     t->dec_ms += pt_now_ms() - d0;
-    t->aux_sum += ms.aux_loss;
-    if (par->has_head) {
-        if (ms.n_targets != mi->data.n_targets)
+    if (rc)
+        return herr_prefix(err, rc, "micro batch %d, stage %d forward", j, vs);
+    return 0;
+}
+
+/* After the forward of micro batch j: its loss (head) or its output to the next stage. */
+static int forward_end(ptrain *t, int j, int v, pt_slot *s, const model_stats *ms,
+                       hearth_err *err)
+{
+    int pp = t->lay.pp, vs = v * pp + t->dec->coords.p;
+    pt_micro *mi = &t->micro[j];
+    t->aux_sum += ms->aux_loss;
+    if (model_get_par(s->m)->has_head) {
+        if (ms->n_targets != mi->data.n_targets)
             return herr_set(err, HERR_RUNTIME, "micro batch %d: the model counted %d target "
-                            "tokens, the data has %ld", j, ms.n_targets, mi->data.n_targets);
-        t->loss_sum += ms.loss_sum;
+                            "tokens, the data has %ld", j, ms->n_targets, mi->data.n_targets);
+        t->loss_sum += ms->loss_sum;
         return 0;
     }
-    size_t n;
+    size_t n, nx = act_floats(t, s->m, j);
     const float *y = model_stage_output(s->m, &n);
     if (n != nx)
         return herr_set(err, HERR_RUNTIME, "pipeline: stage %d output has %zu floats, "
                         "expected %zu", vs, n, nx);
-    return comm_send(pg, y, n, COMM_F32, (vs + 1) % pp, tag_of(t, j, vs + 1, 0), err);
+    return comm_send(t->dec->group[PS_PP], y, n, COMM_F32, (vs + 1) % pp,
+                     tag_of(t, j, vs + 1, 0), err);
 }
 
-static int op_backward(ptrain *t, int j, int v, hearth_err *err)
+static int op_forward(ptrain *t, int u, int v, hearth_err *err)
 {
-    int pp = t->lay.pp, vs = v * pp + t->dec->coords.p;
+    int vs = v * t->lay.pp + t->dec->coords.p, j0, rc;
+    int n = unit_micros(t, u, &j0);
+    pt_slot *s[2] = { NULL, NULL };
+    model *m[2] = { NULL, NULL };
+    model_stats ms[2];
+    memset(ms, 0, sizeof ms);
+    for (int i = 0; i < n; i++) {
+        if ((rc = forward_begin(t, j0 + i, v, &s[i], err)))
+            return rc;
+        m[i] = s[i]->m;
+    }
+    /* A slot taken later may have moved the slot array. */
+    for (int i = 0; i < n; i++)
+        s[i] = slot_find(t, v, j0 + i);
+    double d0 = pt_now_ms();
+    rc = model_stage_forward_pair(m, ms, err);
+    t->dec_ms += pt_now_ms() - d0;
+    if (rc)
+        return n > 1 ? herr_prefix(err, rc, "micro batches %d and %d, stage %d forward", j0,
+                                   j0 + 1, vs)
+                     : herr_prefix(err, rc, "micro batch %d, stage %d forward", j0, vs);
+    for (int i = 0; i < n; i++)
+        if ((rc = forward_end(t, j0 + i, v, s[i], &ms[i], err)))
+            return rc;
+    return 0;
+}
+
+static int op_backward(ptrain *t, int u, int v, hearth_err *err)
+{
+    int pp = t->lay.pp, vs = v * pp + t->dec->coords.p, j0, rc;
+    int n = unit_micros(t, u, &j0);
     comm *pg = t->dec->group[PS_PP];
-    pt_micro *mi = &t->micro[j];
-    pt_slot *s = slot_find(t, v, j);
-    if (!s)
-        return herr_set(err, HERR_RUNTIME, "pipeline: backward of micro batch %d on stage %d "
-                        "before its forward", j, vs);
-    const model_par *par = model_get_par(s->m);
-    size_t nx = act_floats(t, s->m, j);
-    const float *dy = NULL;
-    int rc;
-    if (!par->has_head) {
-        if ((rc = pt_grow((void **)&t->xbuf, &t->cap_xbuf, nx, sizeof(float), err)) ||
-            (rc = comm_recv(pg, t->xbuf, nx, COMM_F32, (vs + 1) % pp, tag_of(t, j, vs, 1),
+    pt_slot *s[2] = { NULL, NULL };
+    model *m[2] = { NULL, NULL };
+    const float *dy[2] = { NULL, NULL };
+    float *img_grad[2] = { NULL, NULL };
+    for (int i = 0; i < n; i++) {
+        int j = j0 + i;
+        pt_micro *mi = &t->micro[j];
+        if (!(s[i] = slot_find(t, v, j)))
+            return herr_set(err, HERR_RUNTIME, "pipeline: backward of micro batch %d on "
+                            "stage %d before its forward", j, vs);
+        m[i] = s[i]->m;
+        const model_par *par = model_get_par(m[i]);
+        if (par->has_embed && mi->n_units > 0)
+            img_grad[i] = mi->img_grad;
+        if (par->has_head)
+            continue;
+        /* The slot's input buffer is free since the forward copied it. */
+        size_t nx = act_floats(t, m[i], j);
+        if ((rc = pt_grow((void **)&s[i]->xin, &s[i]->cap_xin, nx, sizeof(float), err)) ||
+            (rc = comm_recv(pg, s[i]->xin, nx, COMM_F32, (vs + 1) % pp, tag_of(t, j, vs, 1),
                             err)))
             return herr_prefix(err, rc, "pipeline: micro batch %d, gradient of stage %d", j,
                                vs);
-        dy = t->xbuf;
+        dy[i] = s[i]->xin;
     }
     double d0 = pt_now_ms();
-    float *img_grad = par->has_embed && mi->n_units > 0 ? mi->img_grad : NULL;
-    if ((rc = model_stage_backward(s->m, dy, t->loss_scale, t->aux_scale, img_grad, err)))
-        return herr_prefix(err, rc, "micro batch %d, stage %d backward", j, vs);
+    rc = model_stage_backward_pair(m, dy, t->loss_scale, t->aux_scale, img_grad, err);
     t->dec_ms += pt_now_ms() - d0;
-    s->micro = -1;
-    if (par->has_embed) {
-        double e0 = pt_now_ms();
-        rc = pt_encode_after_backward(t, j, err);
-        t->enc_ms += pt_now_ms() - e0;
-        return rc;
+    if (rc)
+        return n > 1 ? herr_prefix(err, rc, "micro batches %d and %d, stage %d backward", j0,
+                                   j0 + 1, vs)
+                     : herr_prefix(err, rc, "micro batch %d, stage %d backward", j0, vs);
+    for (int i = 0; i < n; i++) {
+        int j = j0 + i;
+        s[i]->micro = -1;
+        if (model_get_par(m[i])->has_embed) {
+            double e0 = pt_now_ms();
+            rc = pt_encode_after_backward(t, j, err);
+            t->enc_ms += pt_now_ms() - e0;
+            if (rc)
+                return rc;
+            continue;
+        }
+        size_t nd, nx = act_floats(t, m[i], j);
+        const float *dx = model_stage_input_grad(m[i], &nd);
+        if (nd != nx)
+            return herr_set(err, HERR_RUNTIME, "pipeline: stage %d input gradient has %zu "
+                            "floats, expected %zu", vs, nd, nx);
+        if ((rc = comm_send(pg, dx, nd, COMM_F32, (vs - 1) % pp, tag_of(t, j, vs - 1, 1),
+                            err)))
+            return rc;
     }
-    size_t n;
-    const float *dx = model_stage_input_grad(s->m, &n);
-    if (n != nx)
-        return herr_set(err, HERR_RUNTIME, "pipeline: stage %d input gradient has %zu "
-                        "floats, expected %zu", vs, n, nx);
-    return comm_send(pg, dx, n, COMM_F32, (vs - 1) % pp, tag_of(t, j, vs - 1, 1), err);
+    return 0;
 }
 
 int pt_pipe_run(ptrain *t, hearth_err *err)

@@ -1,0 +1,422 @@
+/* fp8_model.c - the FP8 plan of a model and its emulated FP8 linears (fp8.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/fp8.h"
+#include "model/internal.h"
+
+static const char *const COMP_NAMES[FP8_COMPS] = { "encoder", "projector", "decoder" };
+static const char *const KIND_NAMES[FP8_KINDS] = {
+    "qkv", "proj", "fc1", "fc2", "expert_fc1", "expert_fc2", "shared_fc1", "shared_fc2",
+    "router", "lm_head",
+};
+
+const char *fp8_comp_name(int c) { return c >= 0 && c < FP8_COMPS ? COMP_NAMES[c] : "?"; }
+const char *fp8_kind_name(int k) { return k >= 0 && k < FP8_KINDS ? KIND_NAMES[k] : "?"; }
+
+int fp8_comp_parse(const char *s)
+{
+    for (int i = 0; i < FP8_COMPS; i++)
+        if (!strcmp(s, COMP_NAMES[i]))
+            return i;
+    return -1;
+}
+
+int fp8_kind_parse(const char *s)
+{
+    for (int i = 0; i < FP8_KINDS; i++)
+        if (!strcmp(s, KIND_NAMES[i]))
+            return i;
+    return -1;
+}
+
+void fp8_plan_clear(fp8_plan *p)
+{
+    free(p->rules);
+    free(p->keep);
+    memset(p, 0, sizeof *p);
+}
+
+static int keep_matches(const fp8_keep *k, int comp, int kind, int layer, int n_layers)
+{
+    if (k->comp != FP8_ANY && k->comp != comp)
+        return 0;
+    if (k->kind != FP8_ANY && k->kind != kind)
+        return 0;
+    if (k->layer == FP8_ANY)
+        return 1;
+    if (layer < 0)
+        return 0;
+    return k->layer == FP8_LAST_LAYER ? layer == n_layers - 1 : k->layer == layer;
+}
+
+int fp8_plan_uses(const fp8_plan *p, int comp, int kind, int layer, int n_layers, int tp,
+                  int64_t tokens)
+{
+    if (!p)
+        return 0;
+    for (int i = 0; i < p->n_keep; i++)
+        if (keep_matches(&p->keep[i], comp, kind, layer, n_layers))
+            return 0;
+    if (p->all)
+        return kind != FP8_ROUTER && kind != FP8_LM_HEAD;
+    for (int i = 0; i < p->n_rules; i++) {
+        const fp8_rule *r = &p->rules[i];
+        if (r->comp == comp && r->kind == kind && r->tp == tp && tokens >= r->min_tokens &&
+            (r->max_tokens <= 0 || tokens <= r->max_tokens))
+            return 1;
+    }
+    return 0;
+}
+
+/* ---- state -------------------------------------------------------------------------- */
+
+enum { T_X = 0, T_W = 1, T_DY = 2 };
+
+/* Shared by a model and its clones: the plan and every linear's amax histories. */
+typedef struct {
+    fp8_plan plan;
+    float *hist;              /* [units][3][history] */
+    int *pos;                 /* [units][3] */
+    size_t units;
+} fp8_shared;
+
+struct fp8_layer {
+    struct fp8_model *fm;
+    int comp, layer, n_layers, tp;
+    comm *tp_comm;            /* reduce the amax of split linears here; NULL: none */
+    int El;                   /* local experts (units: FP8_KINDS + 2 El) */
+    size_t unit0;             /* first unit in the shared arrays */
+    float *saved;             /* this object's: [units][2] scales (x, w) of the last forward */
+    int tokens;               /* this object's last forward token count */
+};
+
+typedef struct fp8_model {
+    fp8_shared *sh;           /* owned when owner */
+    int owner;
+    fp8_layer *layers;
+    int n_layers;
+    float *scratch;           /* this object's quantised operands */
+    size_t cap;
+} fp8_model;
+
+static int n_units(const fp8_layer *f) { return FP8_KINDS + 2 * f->El; }
+
+static int unit_of(const fp8_layer *f, int kind, int e)
+{
+    if (kind == FP8_EXPERT_FC1)
+        return FP8_KINDS + e;
+    if (kind == FP8_EXPERT_FC2)
+        return FP8_KINDS + f->El + e;
+    return kind;
+}
+
+/* The linears split over tp (model_par.h): their amax differs between tp ranks. */
+static int split_kind(int kind)
+{
+    return kind == FP8_QKV || kind == FP8_PROJ || kind == FP8_FC1 || kind == FP8_FC2 ||
+           kind == FP8_LM_HEAD;
+}
+
+void fp8_model_free(model *m)
+{
+    fp8_model *fm = m->fp8;
+    if (!fm)
+        return;
+    for (int i = 0; i < fm->n_layers; i++)
+        free(fm->layers[i].saved);
+    free(fm->layers);
+    free(fm->scratch);
+    if (fm->owner && fm->sh) {
+        fp8_plan_clear(&fm->sh->plan);
+        free(fm->sh->hist);
+        free(fm->sh->pos);
+        free(fm->sh);
+    }
+    free(fm);
+    m->fp8 = NULL;
+}
+
+/* Every place of m that holds an fp8_layer pointer, in a fixed order, with what the
+ * layer needs to know; n counts them (layers == NULL: count only). */
+static int layout(model *m, fp8_layer *layers, fp8_layer ***slots)
+{
+    int n = 0;
+    if (m->enc.present)
+        for (int l = 0; l < m->enc.st.L; l++, n++)
+            if (layers) {
+                layers[n] = (fp8_layer){ .comp = FP8_COMP_ENCODER, .layer = l,
+                                         .n_layers = m->shape.encoder.s.layers,
+                                         .tp = m->enc.st.c.tp, .tp_comm = m->enc.st.tp_comm };
+                slots[n] = &m->enc.st.layers[l].p.fp8;
+            }
+    if (m->proj.present) {
+        if (layers) {
+            layers[n] = (fp8_layer){ .comp = FP8_COMP_PROJECTOR, .layer = FP8_ANY,
+                                     .n_layers = 1, .tp = 1 };
+            slots[n] = &m->proj.fp8;
+        }
+        n++;
+    }
+    if (m->dec.present) {
+        for (int l = 0; l < m->dec.st.L; l++, n++)
+            if (layers) {
+                stack *st = &m->dec.st;
+                layers[n] = (fp8_layer){ .comp = FP8_COMP_DECODER,
+                                         .layer = m->par.first_layer + l,
+                                         .n_layers = m->shape.decoder.s.layers,
+                                         .tp = st->c.tp, .tp_comm = st->tp_comm,
+                                         .El = st->layers[l].moe ? st->c.El : 0 };
+                slots[n] = &st->layers[l].p.fp8;
+            }
+        if (m->dec.has_head) {
+            if (layers) {
+                layers[n] = (fp8_layer){ .comp = FP8_COMP_DECODER, .layer = FP8_ANY,
+                                         .n_layers = m->shape.decoder.s.layers,
+                                         .tp = m->dec.tp, .tp_comm = m->dec.tp_comm };
+                slots[n] = &m->dec.head_fp8;
+            }
+            n++;
+        }
+    }
+    return n;
+}
+
+/* Builds m's fp8_model over `sh` (owned when owner) and points m's parts at it. */
+static int attach(model *m, fp8_shared *sh, int owner, hearth_err *err)
+{
+    fp8_model *fm = calloc(1, sizeof *fm);
+    int n = layout(m, NULL, NULL);
+    fp8_layer ***slots = calloc((size_t)n + 1, sizeof *slots);
+    if (fm)
+        fm->layers = calloc((size_t)n + 1, sizeof *fm->layers);
+    if (!fm || !slots || !fm->layers) {
+        free(slots);
+        if (fm)
+            free(fm->layers);
+        free(fm);
+        return herr_set(err, HERR_NOMEM, "fp8: out of memory");
+    }
+    fm->sh = sh;
+    fm->owner = owner;
+    fm->n_layers = n;
+    m->fp8 = fm;
+    layout(m, fm->layers, slots);
+    size_t u = 0;
+    for (int i = 0; i < n; i++) {
+        fp8_layer *f = &fm->layers[i];
+        f->fm = fm;
+        f->unit0 = u;
+        u += (size_t)n_units(f);
+        f->saved = calloc((size_t)n_units(f) * 2, sizeof(float));
+        if (!f->saved) {
+            free(slots);
+            return herr_set(err, HERR_NOMEM, "fp8: out of memory");
+        }
+    }
+    if (owner) {
+        sh->units = u;
+        size_t H = (size_t)sh->plan.history;
+        sh->hist = calloc(u * 3 * H + 1, sizeof(float));
+        sh->pos = calloc(u * 3 + 1, sizeof(int));
+        if (!sh->hist || !sh->pos) {
+            free(slots);
+            return herr_set(err, HERR_NOMEM, "fp8: out of memory for amax histories");
+        }
+    }
+    for (int i = 0; i < n; i++)
+        *slots[i] = &fm->layers[i];
+    free(slots);
+    return 0;
+}
+
+static void detach(model *m)
+{
+    if (!m->fp8)
+        return;
+    fp8_layer ***slots = calloc((size_t)m->fp8->n_layers + 1, sizeof *slots);
+    fp8_layer *tmp = calloc((size_t)m->fp8->n_layers + 1, sizeof *tmp);
+    if (slots && tmp) {
+        layout(m, tmp, slots);
+        for (int i = 0; i < m->fp8->n_layers; i++)
+            *slots[i] = NULL;
+    }
+    free(slots);
+    free(tmp);
+    fp8_model_free(m);
+}
+
+static int plan_copy(fp8_plan *dst, const fp8_plan *src, hearth_err *err)
+{
+    *dst = *src;
+    dst->rules = NULL;
+    dst->keep = NULL;
+    if (dst->history < 1)
+        dst->history = FP8_DEFAULT_HISTORY;
+    dst->rules = malloc(((size_t)src->n_rules + 1) * sizeof *dst->rules);
+    dst->keep = malloc(((size_t)src->n_keep + 1) * sizeof *dst->keep);
+    if (!dst->rules || !dst->keep) {
+        fp8_plan_clear(dst);
+        return herr_set(err, HERR_NOMEM, "fp8: out of memory");
+    }
+    if (src->n_rules)
+        memcpy(dst->rules, src->rules, (size_t)src->n_rules * sizeof *dst->rules);
+    if (src->n_keep)
+        memcpy(dst->keep, src->keep, (size_t)src->n_keep * sizeof *dst->keep);
+    return 0;
+}
+
+int model_set_fp8(model *m, const fp8_plan *plan, hearth_err *err)
+{
+    if (m->owner)
+        return herr_set(err, HERR_CONFIG, "fp8: set the plan on the model, not on a clone");
+    detach(m);
+    if (!plan || (!plan->all && plan->n_rules == 0))
+        return 0;                       /* nothing in FP8: the plain fp32 path */
+    fp8_shared *sh = calloc(1, sizeof *sh);
+    if (!sh)
+        return herr_set(err, HERR_NOMEM, "fp8: out of memory");
+    int rc = plan_copy(&sh->plan, plan, err);
+    if (rc) {
+        free(sh);
+        return rc;
+    }
+    if ((rc = attach(m, sh, 1, err))) {
+        if (!m->fp8) {
+            fp8_plan_clear(&sh->plan);
+            free(sh);
+        }
+        detach(m);
+    }
+    return rc;
+}
+
+int fp8_model_clone(model *clone, const model *owner, hearth_err *err)
+{
+    if (!owner->fp8)
+        return 0;
+    int rc = attach(clone, owner->fp8->sh, 0, err);
+    if (rc)
+        detach(clone);
+    return rc;
+}
+
+/* ---- the linears ----------------------------------------------------------------------- */
+
+static int uses(fp8_layer *f, int kind, int tokens)
+{
+    if (!f)
+        return 0;
+    if (tokens > 0)
+        f->tokens = tokens;
+    return fp8_plan_uses(&f->fm->sh->plan, f->comp, kind, f->layer, f->n_layers, f->tp,
+                         f->tokens);
+}
+
+static float *scratch(fp8_layer *f, size_t n, hearth_err *err)
+{
+    fp8_model *fm = f->fm;
+    if (n > fm->cap) {
+        float *p = realloc(fm->scratch, n * sizeof(float));
+        if (!p) {
+            herr_set(err, HERR_NOMEM, "fp8: out of memory for %zu quantised values", n);
+            return NULL;
+        }
+        fm->scratch = p;
+        fm->cap = n;
+    }
+    return fm->scratch;
+}
+
+/* amax[0..n) reduced (max) over the tp group when the linear is split there. */
+static int reduce_amax(fp8_layer *f, int kind, float *amax, int n, hearth_err *err)
+{
+    if (!f->tp_comm || f->tp <= 1 || !split_kind(kind))
+        return 0;
+    int rc = comm_allreduce(f->tp_comm, amax, amax, (size_t)n, COMM_F32, COMM_MAX, err);
+    return rc ? herr_prefix(err, rc, "fp8: %s %s amax", fp8_comp_name(f->comp),
+                            fp8_kind_name(kind))
+              : 0;
+}
+
+/* The scale of tensor t of unit u for a call whose own amax is `amax`; records amax in
+ * the history (delayed scaling). */
+static float scale_of(fp8_layer *f, int kind, int u, int t, float amax, kfp8_format fmt)
+{
+    const fp8_plan *p = &f->fm->sh->plan;
+    if (p->current || kind == FP8_LM_HEAD)
+        return kcpu_fp8_scale(amax, fmt, p->margin, 1.0f);
+    size_t H = (size_t)p->history, k = (f->unit0 + (size_t)u) * 3 + (size_t)t;
+    float *h = f->fm->sh->hist + k * H;
+    float hm = kcpu_fp8_history_amax(h, (int)H);
+    float s = kcpu_fp8_scale(hm > 0.0f ? hm : amax, fmt, p->margin, 1.0f);
+    kcpu_fp8_history_push(h, (int)H, &f->fm->sh->pos[k], amax);
+    return s;
+}
+
+int fp8_linear_forward(fp8_layer *f, int kind, int e, int tokens, float *out,
+                       const float *inp, const float *w, const float *bias, int M, int K,
+                       int N, hearth_err *err)
+{
+    if (!uses(f, kind, tokens)) {
+        kcpu_matmul_forward(out, inp, w, bias, M, K, N);
+        return 0;
+    }
+    size_t nx = (size_t)M * K, nw = (size_t)N * K;
+    float amax[2] = { kcpu_amax(inp, nx), kcpu_amax(w, nw) };
+    int rc = reduce_amax(f, kind, amax, 2, err);
+    if (rc)
+        return rc;
+    int u = unit_of(f, kind, e);
+    float sx = scale_of(f, kind, u, T_X, amax[0], KFP8_E4M3);
+    float sw = scale_of(f, kind, u, T_W, amax[1], KFP8_E4M3);
+    f->saved[2 * u] = sx;
+    f->saved[2 * u + 1] = sw;
+    float *qx = scratch(f, nx + nw, err);
+    if (!qx)
+        return HERR_NOMEM;
+    float *qw = qx + nx;
+    kcpu_fp8_qdq(qx, inp, nx, sx, KFP8_E4M3);
+    kcpu_fp8_qdq(qw, w, nw, sw, KFP8_E4M3);
+    kcpu_matmul_forward(out, qx, qw, bias, M, K, N);
+    return 0;
+}
+
+int fp8_linear_backward(fp8_layer *f, int kind, int e, float *dinp, float *dw, float *db,
+                        const float *dout, const float *inp, const float *w, int M, int K,
+                        int N, hearth_err *err)
+{
+    if (!uses(f, kind, 0)) {
+        kcpu_matmul_backward(dinp, dw, db, dout, inp, w, M, K, N);
+        return 0;
+    }
+    size_t nx = (size_t)M * K, nw = (size_t)N * K, ny = (size_t)M * N;
+    int u = unit_of(f, kind, e), rc;
+    float amax[3] = { kcpu_amax(dout, ny), 0.0f, 0.0f };
+    float sx = f->saved[2 * u], sw = f->saved[2 * u + 1];
+    if (kind == FP8_LM_HEAD) {
+        /* current scaling: recompute exactly what this chunk's forward used */
+        amax[1] = kcpu_amax(inp, nx);
+        amax[2] = kcpu_amax(w, nw);
+        if ((rc = reduce_amax(f, kind, amax, 3, err)))
+            return rc;
+        sx = scale_of(f, kind, u, T_X, amax[1], KFP8_E4M3);
+        sw = scale_of(f, kind, u, T_W, amax[2], KFP8_E4M3);
+    } else if ((rc = reduce_amax(f, kind, amax, 1, err))) {
+        return rc;
+    }
+    float sd = scale_of(f, kind, u, T_DY, amax[0], KFP8_E5M2);
+    float *qd = scratch(f, ny + (dw ? nx : 0) + (dinp ? nw : 0), err);
+    if (!qd)
+        return HERR_NOMEM;
+    float *qx = dw ? qd + ny : NULL, *qw = dinp ? qd + ny + (dw ? nx : 0) : NULL;
+    kcpu_fp8_qdq(qd, dout, ny, sd, KFP8_E5M2);
+    if (qx)
+        kcpu_fp8_qdq(qx, inp, nx, sx, KFP8_E4M3);
+    if (qw)
+        kcpu_fp8_qdq(qw, w, nw, sw, KFP8_E4M3);
+    kcpu_matmul_backward(dinp, dw, NULL, qd, qx, qw, M, K, N);
+    if (db)         /* the bias gradient from the unquantised dy, as the fused GPU cast */
+        kcpu_matmul_backward(NULL, NULL, db, dout, NULL, NULL, M, K, N);
+    return 0;
+}

@@ -162,4 +162,35 @@ void kcpu_moe_unpermute_backward(float *dexpert_out, float *dtopk_w, const float
                                  const float *expert_out, const float *topk_w,
                                  const int *slot_row, int N, int K, int C);
 
+/* ---- FP8 emulation (fp8.c) --------------------------------------------------------
+ * The two OCP FP8 formats, stored as one byte (sign, exponent, mantissa):
+ *   E4M3: bias 7, max 448, no infinities, NaN = S.1111.111 (0x7f / 0xff);
+ *   E5M2: bias 15, max 57344, IEEE-like: inf = S.11111.00, NaN = S.11111.{01,10,11}.
+ * Both have subnormals (exponent field 0).  Encoding rounds to nearest, ties to even, and
+ * saturates finite values beyond max to +-max (Transformer Engine's cast); NaN encodes as
+ * 0x7f (either format, sign kept); +-inf encodes as E5M2 +-inf and as E4M3 NaN (a
+ * non-finite input stays non-finite, so a diverging step still reads as diverged).
+ * Per-tensor scaling: q = encode(x * scale), x' = decode(q) / scale, with
+ * scale = fp8_max / amax / 2^margin. */
+typedef enum { KFP8_E4M3 = 0, KFP8_E5M2 = 1 } kfp8_format;
+#define KFP8_E4M3_MAX 448.0f
+#define KFP8_E5M2_MAX 57344.0f
+
+float kcpu_fp8_max(kfp8_format f);
+uint8_t kcpu_fp8_encode(float x, kfp8_format f);
+float kcpu_fp8_decode(uint8_t code, kfp8_format f);     /* exact (every code is a float) */
+/* max |x[i]|; NaN when some x[i] is NaN; 0 for n == 0. */
+float kcpu_amax(const float *x, size_t n);
+/* fp8_max(f) / amax / 2^margin; `prev` when amax is 0, NaN or inf or the result is not
+ * finite (the scale then stays what it was, as in Transformer Engine). */
+float kcpu_fp8_scale(float amax, kfp8_format f, int margin, float prev);
+/* Delayed scaling's amax history: a ring of H values, zero-initialised by the caller.
+ * push stores amax at *pos and advances it; history_amax is the max over the ring
+ * (0 while empty). */
+void kcpu_fp8_history_push(float *hist, int H, int *pos, float amax);
+float kcpu_fp8_history_amax(const float *hist, int H);
+/* out[i] = decode(encode(x[i] * scale)) / scale (quantise-dequantise; out may alias x).
+ * The product x * scale is rounded to fp32 first, as on the GPU. */
+void kcpu_fp8_qdq(float *out, const float *x, size_t n, float scale, kfp8_format f);
+
 #endif

@@ -1,0 +1,281 @@
+/* test_model_fp8_par.c - emulated FP8 under tensor parallelism (model/fp8.h): with every
+ * linear kind in FP8 (the LM head and the router included), tp = 2 layouts of a dense and
+ * a MoE model (threads on the local communicator) run the amax reductions over the tp
+ * group in step on both ranks and compute what one rank computes, up to FP8's own
+ * sensitivity.  Two micro batches, so the second runs on delayed scales.
+ *
+ * Why the bounds are loose.  FP8 rounding is discontinuous: an element that fp32
+ * reordering moves across a rounding midpoint jumps by up to a quarter of its value
+ * (E5M2), and the layers after it spread that, so two layouts of the same FP8 model differ
+ * by a random amount up to the size of the FP8 effect itself (seen: losses 1e-8 .. 4e-4,
+ * gradients 1e-7 .. 0.13 relative).  The bounds catch wrong shards, wrong scales and
+ * mismatched collectives (errors of order 1), not the reordering.
+ *
+ * Seeds come from the clock (printed; HEARTH_TEST_SEED replays a failure). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <pthread.h>
+
+#include "comm/comm.h"
+#include "data_synth.h"
+#include "model/fp8.h"
+#include "model/model.h"
+#include "model/model_par.h"
+#include "model/model_shard.h"
+#include "support/testutil.h"
+
+#define TP 2
+#define NMB 2
+
+static tu_rng g_rng;
+
+static int setup_seed(void **state)
+{
+    (void)state;
+    g_rng = tu_rng_fresh_noted();
+    return 0;
+}
+
+/* tiny-vlm(-moe), narrowed so that a step is fast. */
+static model_shape small(const char *name)
+{
+    model_shape sh;
+    hearth_err err;
+    if (preset_load(&sh, name, &err))
+        fail_msg("preset %s: %s", name, err.msg);
+    sh.encoder.s.layers = 2;
+    sh.decoder.s.layers = 2;
+    if (sh.decoder.moe_experts)
+        sh.decoder.moe_every = 1;
+    return sh;
+}
+
+/* Every kind of every component in FP8 at tp 1 and tp 2. */
+static fp8_rule g_rules[2 * FP8_COMPS * FP8_KINDS];
+static fp8_plan every_kind(void)
+{
+    int n = 0;
+    for (int tp = 1; tp <= 2; tp++)
+        for (int c = 0; c < FP8_COMPS; c++)
+            for (int k = 0; k < FP8_KINDS; k++)
+                g_rules[n++] = (fp8_rule){ c, k, tp, 0, 0, 1.0 };
+    return (fp8_plan){ .rules = g_rules, .n_rules = n, .history = 4 };
+}
+
+typedef struct {
+    const model_shape *sh;
+    uint64_t seed;
+    const fp8_plan *plan;
+    vlm_batch b[NMB];
+    float loss_scale, aux_scale;
+    comm_world *w;
+    model *m[TP];
+    double loss[TP][NMB];
+    int rc[TP];
+    hearth_err err[TP];
+} tp_run;
+
+static int run_rank(tp_run *R, int t, comm *world, hearth_err *err)
+{
+    int ranks[TP] = { 0, 1 };
+    comm *tpc = NULL, *encc = NULL;
+    int rc = comm_group_create(world, ranks, TP, &tpc, err);
+    if (rc || (rc = comm_group_create(world, ranks, TP, &encc, err)))
+        goto out;
+    model_par par;
+    memset(&par, 0, sizeof par);
+    par.has_decoder = 1;
+    par.tp = tpc;
+    par.n_layers = R->sh->decoder.s.layers;
+    par.has_embed = par.has_head = 1;
+    par.has_encoder = 1;
+    par.enc_tp = encc;
+    if ((rc = model_create_par(&R->m[t], R->sh, &par, R->seed, err)) ||
+        (rc = model_set_fp8(R->m[t], R->plan, err)))
+        goto out;
+    model *m = R->m[t];
+    for (int k = 0; k < NMB && !rc; k++) {
+        const vlm_batch *b = &R->b[k];
+        int nu = 0;
+        const float *img = NULL;
+        if (b->n_images > 0) {
+            if ((rc = model_encode_forward(m, b->n_images, b->grid_thw, b->pixels, err)))
+                break;
+            img = model_img_feat(m, &nu);
+        }
+        model_stats st;
+        if ((rc = model_stage_forward(m, b, img, nu, NULL, &st, err)))
+            break;
+        R->loss[t][k] = st.loss_sum;
+        float *ig = nu > 0 ? model_img_grad(m) : NULL;
+        if ((rc = model_stage_backward(m, NULL, R->loss_scale, R->aux_scale, ig, err)))
+            break;
+        if (nu > 0 && (rc = model_encode_backward(m, err)))
+            break;
+    }
+out:
+    comm_free(encc);
+    comm_free(tpc);
+    return rc;
+}
+
+typedef struct {
+    tp_run *R;
+    int t;
+} rank_arg;
+
+static void *rank_thread(void *p)
+{
+    rank_arg *a = p;
+    comm *world = NULL;
+    tp_run *R = a->R;
+    R->rc[a->t] = comm_local_world_rank(R->w, a->t, &world, &R->err[a->t]);
+    if (!R->rc[a->t])
+        R->rc[a->t] = run_rank(R, a->t, world, &R->err[a->t]);
+    comm_free(world);
+    return NULL;
+}
+
+static void check(const char *preset)
+{
+    model_shape sh = small(preset);
+    fp8_plan plan = every_kind();
+    tp_run *R = calloc(1, sizeof *R);
+    assert_non_null(R);
+    R->sh = &sh;
+    R->seed = tu_next(&g_rng);
+    R->plan = &plan;
+    synth_params p;
+    memset(&p, 0, sizeof p);
+    p.seed = tu_next(&g_rng);
+    p.seq_len = 32;
+    p.vocab = sh.decoder.vocab;
+    p.image_token_id = sh.decoder.image_token_id;
+    p.images_min = 1;
+    p.images_max = 2;
+    p.px_min = 16;
+    p.px_max = 32;
+    p.in_channels = sh.encoder.in_channels;
+    p.patch = sh.encoder.patch;
+    p.temporal_patch = sh.encoder.temporal_patch;
+    p.merge = sh.encoder.spatial_merge;
+    synth_batch sb[NMB];
+    memset(sb, 0, sizeof sb);
+    hearth_err err = { { 0 } };
+    long targets = 0;
+    for (int k = 0; k < NMB; k++) {
+        if (synth_fill(&sb[k], &p, (uint64_t)k * 2, 2, &err))
+            fail_msg("synth_fill: %s", err.msg);
+        R->b[k] = synth_view(&sb[k]);
+        targets += sb[k].n_targets;
+    }
+    R->loss_scale = 1.0f / (float)targets;
+    R->aux_scale = sh.decoder.moe_experts ? 0.01f : 0.0f;
+
+    /* the single rank */
+    model *ref = NULL;
+    if (model_create(&ref, &sh, R->seed, &err) || model_set_fp8(ref, &plan, &err))
+        fail_msg("single rank: %s", err.msg);
+    double loss1[NMB];
+    for (int k = 0; k < NMB; k++) {
+        model_stats st;
+        if (model_forward_backward(ref, &R->b[k], R->loss_scale, R->aux_scale, &st, &err))
+            fail_msg("single rank: %s", err.msg);
+        loss1[k] = st.loss_sum;
+    }
+    /* fp32, for the size of the FP8 effect */
+    model *ref32 = NULL;
+    if (model_create(&ref32, &sh, R->seed, &err))
+        fail_msg("fp32: %s", err.msg);
+    double loss32[NMB];
+    for (int k = 0; k < NMB; k++) {
+        model_stats st;
+        if (model_forward_backward(ref32, &R->b[k], R->loss_scale, R->aux_scale, &st, &err))
+            fail_msg("fp32: %s", err.msg);
+        loss32[k] = st.loss_sum;
+    }
+
+    comm_local_opts o = { .timeout_ms = 60000 };
+    assert_int_equal(comm_local_world_create(&R->w, TP, &o, &err), 0);
+    pthread_t th[TP];
+    rank_arg args[TP];
+    for (int t = 0; t < TP; t++) {
+        args[t] = (rank_arg){ R, t };
+        assert_int_equal(pthread_create(&th[t], NULL, rank_thread, &args[t]), 0);
+    }
+    for (int t = 0; t < TP; t++)
+        pthread_join(th[t], NULL);
+    for (int t = 0; t < TP; t++)
+        if (R->rc[t])
+            fail_msg("%s rank %d: %s", preset, t, R->err[t].msg);
+
+    double dl = 0, d32 = 0, worst = 0;
+    for (int k = 0; k < NMB; k++) {
+        assert_true(R->loss[1][k] == R->loss[0][k]);
+        dl = fmax(dl, fabs(R->loss[0][k] - loss1[k]) / loss1[k]);
+        d32 = fmax(d32, fabs(loss1[k] - loss32[k]) / loss32[k]);
+    }
+    /* Gradients of every tensor whose shard holds complete values (split or replicated,
+     * not a partial sum over tp). */
+    const float *g1 = model_grads(ref);
+    for (int t = 0; t < TP; t++) {
+        model *m = R->m[t];
+        for (int i = 0; i < model_tensor_count(m); i++) {
+            const model_tensor *T = model_tensor_at(m, i);
+            const model_tensor *F = model_tensor_find(ref, T->name);
+            assert_non_null(F);
+            if (T->shard.tp_partial || T->shard.kv_rep > 1)
+                continue;
+            float *want = tu_falloc(T->numel);
+            model_shard_extract(&T->shard, g1 + F->offset, want);
+            double e = tu_rel_l2_ff(model_grads(m) + T->offset, want, T->numel);
+            if (e > worst)
+                worst = e;
+            if (e > 0.5)
+                fail_msg("%s rank %d %s: gradient relative error %.3g", preset, t, T->name, e);
+            free(want);
+        }
+    }
+    print_message("# %s tp %d: loss %.3g from one rank (FP8 vs fp32: %.3g), worst gradient "
+                  "%.3g\n", preset, TP, dl, d32, worst);
+    assert_true(d32 > 0);                       /* FP8 was on */
+    assert_true(dl < 0.01);
+    for (int t = 0; t < TP; t++)
+        model_free(R->m[t]);
+    comm_local_world_free(R->w);
+    model_free(ref);
+    model_free(ref32);
+    for (int k = 0; k < NMB; k++)
+        synth_batch_free(&sb[k]);
+    free(R);
+}
+
+static void test_tp_dense(void **state)
+{
+    (void)state;
+    check("tiny-vlm");
+}
+
+static void test_tp_moe(void **state)
+{
+    (void)state;
+    check("tiny-vlm-moe");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tp_dense),
+        cmocka_unit_test(test_tp_moe),
+    };
+    return cmocka_run_group_tests_name("model_fp8_par", tests, setup_seed, NULL);
+}

@@ -330,3 +330,17 @@ int fp8_plan_from_config(fp8_plan *out, const run_config *cfg, const char *gpu,
     return fp8_policy_load(out, cfg->precision.fp8_policy, cfg->model.name,
                            cfg->model_preset, gpu, err);
 }
+
+int fp8_plan_install(model *const *models, int n, const run_config *cfg, const char *gpu,
+                     hearth_err *err)
+{
+    if (cfg->precision.fp8 == FP8_OFF)
+        return 0;
+    fp8_plan plan;
+    memset(&plan, 0, sizeof plan);
+    int rc = fp8_plan_from_config(&plan, cfg, gpu, err);
+    for (int i = 0; !rc && i < n; i++)
+        rc = model_set_fp8(models[i], &plan, err);
+    fp8_plan_clear(&plan);
+    return rc;
+}

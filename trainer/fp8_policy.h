@@ -25,4 +25,9 @@ int fp8_policy_load(fp8_plan *out, const char *path, const char *model_name,
 int fp8_plan_from_config(fp8_plan *out, const run_config *cfg, const char *gpu,
                          hearth_err *err);
 
+/* Builds the plan of cfg on `gpu` and installs it on each of the n models (model_set_fp8:
+ * before any clone is made).  A config with fp8 off installs nothing. */
+int fp8_plan_install(model *const *models, int n, const run_config *cfg, const char *gpu,
+                     hearth_err *err);
+
 #endif

@@ -24,11 +24,6 @@ static int check_supported(const run_config *c, hearth_err *err)
     if (c->precision.compute != COMPUTE_FP32)
         return herr_set(err, HERR_CONFIG, "precision.compute: bf16 is not supported on device "
                         "cpu (the CPU path is fp32)");
-    /* FP8 on the CPU path is emulated (model/fp8.h); the multi-rank step does not install
-     * the plan on its ranks' models yet. */
-    if (c->precision.fp8 != FP8_OFF && c->ranks > 1)
-        return herr_set(err, HERR_CONFIG, "precision.fp8: the emulated FP8 of device cpu "
-                        "runs with ranks 1 only in this build (use off)");
     if (c->data.kind != DATA_SYNTHETIC)
         return herr_set(err, HERR_CONFIG, "data.kind: shards is not supported by this build "
                         "yet (use synthetic)");
@@ -40,28 +35,18 @@ static int check_supported(const run_config *c, hearth_err *err)
 static int setup(const cli_args *a, runlog *log, run_config *cfg, trainer **tr)
 {
     hearth_err err = { { 0 } };
-    fp8_plan plan = { 0 };
     int rc = run_config_load(cfg, a->config, a->ovr, a->n_ovr, 0, &err);
     if (!rc)
         rc = check_supported(cfg, &err);
     if (!rc)
-        rc = fp8_plan_from_config(&plan, cfg, "cpu", &err);   /* the CPU path's device */
-    if (!rc)
-        rc = trainer_create(tr, cfg, &err);
-    if (!rc && cfg->precision.fp8 != FP8_OFF) {
-        if (cfg->precision.fp8 == FP8_ALL)
-            runlog_printf(log, "precision.fp8: all is emulated on device cpu (E4M3/E5M2 "
-                          "quantise-dequantise around fp32 GEMMs)");
-        else
-            runlog_printf(log, "precision.fp8: selective is emulated on device cpu (E4M3/"
-                          "E5M2 quantise-dequantise around fp32 GEMMs; %d rule(s) from %s)",
-                          plan.n_rules, cfg->precision.fp8_policy);
-        if ((rc = model_set_fp8(trainer_model(*tr), &plan, &err))) {
-            trainer_free(*tr);
-            *tr = NULL;
-        }
-    }
-    fp8_plan_clear(&plan);
+        rc = trainer_create(tr, cfg, &err);   /* installs the FP8 plan (fp8_policy.h) */
+    if (!rc && cfg->precision.fp8 == FP8_ALL)
+        runlog_printf(log, "precision.fp8: all is emulated on device cpu (E4M3/E5M2 "
+                      "quantise-dequantise around fp32 GEMMs)");
+    else if (!rc && cfg->precision.fp8 == FP8_SELECTIVE)
+        runlog_printf(log, "precision.fp8: selective is emulated on device cpu (E4M3/E5M2 "
+                      "quantise-dequantise around fp32 GEMMs; rules from %s)",
+                      cfg->precision.fp8_policy);
     if (rc) {
         runlog_printf(log, "hearth-train: %s", err.msg);
         return config_exit(rc);

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "data_synth.h"
+#include "fp8_policy.h"
 #include "kernels.h"
 #include "parallel/ptrain_local.h"
 #include "schedule.h"
@@ -74,7 +75,8 @@ int trainer_create(trainer **out, const run_config *cfg, hearth_err *err)
     t->weight_decay = cfg->train.weight_decay;
     t->grad_clip = cfg->train.grad_clip;
     t->aux_coef = cfg->model.decoder.moe_experts > 0 ? cfg->model.decoder.moe_aux_coef : 0.0f;
-    if ((rc = model_create(&t->m, &cfg->model, cfg->train.seed, err))) {
+    if ((rc = model_create(&t->m, &cfg->model, cfg->train.seed, err)) ||
+        (rc = fp8_plan_install(&t->m, 1, cfg, TRAIN_CPU_DEVICE_NAME, err))) {
         herr_prefix(err, rc, "model");
         trainer_free(t);
         return rc;

@@ -28,6 +28,8 @@
 #define TRAIN_ADAM_BETA1 0.9f
 #define TRAIN_ADAM_BETA2 0.95f
 #define TRAIN_ADAM_EPS 1e-8f
+/* The device name FP8 policies must carry to be used on the CPU path (docs/fp8.md). */
+#define TRAIN_CPU_DEVICE_NAME "cpu"
 
 /* trainer_step's return value when the loss (or the gradient norm) is NaN or infinite:
  * the step's update was NOT applied.  Not an error: the run ends as "diverged". */

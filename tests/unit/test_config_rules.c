@@ -78,7 +78,6 @@ static const rule_case cases[] = {
     { "seq_len_divisible_by_tp_for_sp", "model: tiny-vlm\n", { "ranks=2", "parallel.tp=2", "parallel.sp=true",
       "train.seq_len=255" }, "--set train.seq_len" },
     { "seq_len_within_max_positions", "model: gpt2-124m\n", { "train.seq_len=2048" }, "--set train.seq_len" },
-    { "fp8_needs_cuda", "model: tiny-vlm\n", { "precision.fp8=all" }, "--set precision.fp8" },
     { "fp8_policy_for_selective", "model: tiny-vlm\ndevice: cuda\nprecision: {fp8: selective}\n", { 0 },
       "run.yaml:3:18: precision.fp8" },
     { "shards_need_path", "model: tiny-vlm\n", { "data.kind=shards" }, "--set data.kind" },

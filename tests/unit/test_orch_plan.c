@@ -146,7 +146,6 @@ static void test_every_rule_prunes(void **state)
         {"{ranks: 2, parallel.tp: 2, parallel.sp: true, train.seq_len: 65}",
          "seq_len_divisible_by_tp_for_sp", "65"},
         {"{model: TEXT, train.seq_len: 128}", "seq_len_within_max_positions", "128"},
-        {"{precision.fp8: all}", "fp8_needs_cuda", "cuda"},
         {"{device: cuda, precision.fp8: selective}", "fp8_policy_for_selective", "policy"},
         {"{data.kind: shards}", "shards_need_path", "path"},
         {"{data.images_min: 3, data.images_max: 2}", "images_min_at_most_max", "3"},

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fp8_policy.h"
 #include "kernels.h"
 
 double pt_now_ms(void)
@@ -72,7 +73,8 @@ static int create_chunks(ptrain *t, uint64_t seed, hearth_err *err)
         if (rc)
             return herr_prefix(err, rc, "rank %d, model chunk %d", t->rank, v);
     }
-    return 0;
+    /* Before any activation clone exists: clones share the chunks' amax histories. */
+    return fp8_plan_install(t->chunk, t->vpp, &t->cfg, TRAIN_CPU_DEVICE_NAME, err);
 }
 
 int ptrain_create(ptrain **out, const run_config *cfg, comm *world, hearth_err *err)

@@ -166,8 +166,6 @@ int run_rules_check(const run_config *c, rule_issue *iss)
                     "train.seq_len model.decoder.max_positions",
                     "seq_len %d exceeds the learned position table (max_positions %d)",
                     c->train.seq_len, d->max_positions);
-    if (c->precision.fp8 != FP8_OFF && c->device != DEVICE_CUDA)
-        return fail(iss, "fp8_needs_cuda", "precision.fp8 device", "fp8 needs device cuda");
     if (c->precision.fp8 == FP8_SELECTIVE && !c->precision.fp8_policy[0])
         return fail(iss, "fp8_policy_for_selective", "precision.fp8_policy precision.fp8",
                     "fp8 selective needs precision.fp8_policy (the policy file)");

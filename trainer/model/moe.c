@@ -309,17 +309,22 @@ int moe_forward_route(const stack_cfg *c, block *b, stack_scratch *sc, comm *ep,
     return 0;
 }
 
-int moe_forward_dispatch(const stack_cfg *c, block *b, stack_scratch *sc, comm *ep,
-                         hearth_err *err)
+/* One exchange of rows over the ep group with its own index arrays (exchange above). */
+static int ep_exchange(comm *ep, const stack_cfg *c, const block *b, const float *send,
+                       float *recv, int back, hearth_err *err)
 {
-    if (c->ep <= 1)
-        return 0;
     size_t *w = ep_index(c, err);
     if (!w)
         return HERR_NOMEM;
-    int rc = exchange(ep, c, b, b->xp, sc->ep_buf, 0, w, err);
+    int rc = exchange(ep, c, b, send, recv, back, w, err);
     free(w);
     return rc;
+}
+
+int moe_forward_dispatch(const stack_cfg *c, block *b, stack_scratch *sc, comm *ep,
+                         hearth_err *err)
+{
+    return c->ep <= 1 ? 0 : ep_exchange(ep, c, b, b->xp, sc->ep_buf, 0, err);
 }
 
 int moe_forward_experts(const stack_cfg *c, block *b, stack_scratch *sc, hearth_err *err)
@@ -344,11 +349,7 @@ int moe_forward_combine(const stack_cfg *c, block *b, stack_scratch *sc, comm *e
     const block_params *p = &b->p;
     int H = c->H, K = c->K, Fs = c->Fs;
     if (c->ep > 1) {
-        size_t *w = ep_index(c, err);
-        if (!w)
-            return HERR_NOMEM;
-        int rc = exchange(ep, c, b, sc->ep_buf, b->ye, 1, w, err);
-        free(w);
+        int rc = ep_exchange(ep, c, b, sc->ep_buf, b->ye, 1, err);
         if (rc)
             return rc;
     }
@@ -385,14 +386,7 @@ int moe_backward_unpermute(const stack_cfg *c, block *b, stack_scratch *sc,
 int moe_backward_dispatch(const stack_cfg *c, block *b, stack_scratch *sc, comm *ep,
                           hearth_err *err)
 {
-    if (c->ep <= 1)
-        return 0;
-    size_t *w = ep_index(c, err);
-    if (!w)
-        return HERR_NOMEM;
-    int rc = exchange(ep, c, b, sc->dye, sc->ep_buf, 0, w, err);
-    free(w);
-    return rc;
+    return c->ep <= 1 ? 0 : ep_exchange(ep, c, b, sc->dye, sc->ep_buf, 0, err);
 }
 
 int moe_backward_experts(const stack_cfg *c, block *b, stack_scratch *sc, int N,
@@ -432,11 +426,7 @@ int moe_backward_combine(const stack_cfg *c, block *b, stack_scratch *sc, comm *
     const block_params *p = &b->p, *g = &b->g;
     int H = c->H, E = c->E, K = c->K, Fs = c->Fs;
     if (c->ep > 1) {
-        size_t *w = ep_index(c, err);
-        if (!w)
-            return HERR_NOMEM;
-        int rc = exchange(ep, c, b, sc->ep_buf, sc->dxp, 1, w, err);
-        free(w);
+        int rc = ep_exchange(ep, c, b, sc->ep_buf, sc->dxp, 1, err);
         if (rc)
             return rc;
     }

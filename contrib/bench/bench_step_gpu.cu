@@ -15,10 +15,14 @@
  * Tokens: random (fixed seed), next-token targets; the same batch every step.
  * Usage: bench_step_gpu [--layers L] [--hidden C] [--heads H] [--ffn F] [--vocab V]
  *                       [--seq T] [--batch B] [--micro b] [--steps S] [--warmup W]
- *                       [--peak TFLOPS]
+ *                       [--peak TFLOPS] [--profile] [--no-fused-bias]
  * (--batch is the step's sequences, --micro the sequences per micro batch; B/b micro
  * batches accumulate gradients; without --micro, the largest that fits in memory.)  Unknown options are ignored (contrib/bench/run.sh passes
- * its own to every benchmark).  Without a device it prints a note and exits 0. */
+ * its own to every benchmark).  --profile (or HEARTH_STEP_PROFILE=1 in the environment)
+ * adds a per-phase table (lines "PHASE kind ms/step %"), timed on extra steps with the
+ * model's CUDA events on (gpt_gpu_profile).  --no-fused-bias: bias gradients by their own
+ * pass instead of the weight-gradient GEMM's epilogue (gpt_gpu_fused_bias_grad), to compare.
+ * Without a device it prints a note and exits 0. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -35,6 +39,14 @@ static int arg_int(int argc, char **argv, const char *name, int def)
         if (!strcmp(argv[i], name))
             return atoi(argv[i + 1]);
     return def;
+}
+
+static int has_flag(int argc, char **argv, const char *name)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], name))
+            return 1;
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -92,6 +104,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_step_gpu: %s\n", err);
         return 1;
     }
+    if (has_flag(argc, argv, "--no-fused-bias"))
+        gpt_gpu_fused_bias_grad(g, 0);
     /* Batches. */
     size_t ntok = (size_t)c.micro_batch * c.seq_len;
     int *tok = (int *)malloc((ntok + 1) * sizeof(int)), *tgt = (int *)malloc(ntok * sizeof(int));
@@ -160,6 +174,30 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_step_gpu: breakdown: %s\n", gpt_gpu_errmsg(g));
     size_t state = 0, act = 0;
     gpt_gpu_memory(g, &state, &act);
+    /* The per-phase table (HEARTH_STEP_PROFILE=1 or --profile): separate steps with the
+     * step's events on, after the timed ones, so that the numbers above are unprofiled. */
+    const char *pe = getenv("HEARTH_STEP_PROFILE");
+    int profile = (pe && atoi(pe) > 0) || has_flag(argc, argv, "--profile");
+    int nk = gpt_gpu_profile_kinds();
+    double *pms = (double *)calloc((size_t)nk, sizeof *pms);
+    const int psteps = 3;
+    if (profile && !rc && pms) {
+        rc = gpt_gpu_profile(g, 1);
+        if (!rc) /* one step with events on, not counted (cuBLASLt cache, event pool) */
+            rc = gpt_gpu_step(g, n_micro, &opt, step++, NULL);
+        if (!rc && (rc = gpt_gpu_profile_read(g, pms, nk)) > 0)
+            rc = 0;
+        for (int i = 0; i < psteps && !rc; i++, step++)
+            rc = gpt_gpu_step(g, n_micro, &opt, step, NULL);
+        if (!rc && (rc = gpt_gpu_profile_read(g, pms, nk)) > 0)
+            rc = 0;
+        if (!rc)
+            rc = gpt_gpu_profile(g, 0);
+        if (rc) {
+            fprintf(stderr, "bench_step_gpu: profile: %s\n", gpt_gpu_errmsg(g));
+            profile = 0;
+        }
+    }
 
     double L = c.layers, C = c.hidden, F = c.ffn, V = c.vocab, T = c.seq_len;
     double flops_tok = 6.0 * (L * (4 * C * C + 2 * C * F) + V * C) + 12.0 * L * C * T;
@@ -181,8 +219,23 @@ int main(int argc, char **argv)
     printf("# breakdown per step: forward %.2f ms x %d micro batch%s, forward+backward %.2f ms, "
            "optimizer %.2f ms\n", ms_fwd / reps, n_micro, n_micro > 1 ? "es" : "", ms_fb / reps,
            ms_opt / reps);
+    if (profile && pms) {
+        double sum = 0;
+        for (int i = 0; i < nk; i++)
+            sum += pms[i];
+        printf("# phase breakdown (CUDA events per kind of work, mean of %d profiled steps; "
+               "the phases tile the step)\n", psteps);
+        printf("PHASE %-20s %10s %7s\n", "kind", "ms/step", "%");
+        for (int i = 0; i < nk; i++)
+            if (pms[i] > 0)
+                printf("PHASE %-20s %10.3f %6.1f%%\n", gpt_gpu_profile_name(i), pms[i] / psteps,
+                       sum > 0 ? 100.0 * pms[i] / sum : 0.0);
+        printf("PHASE %-20s %10.3f %6.1f%% (unprofiled step: %.2f ms)\n", "total", sum / psteps,
+               100.0, ms_step);
+    }
     printf("RESULT hearth %.0f %.2f %.1f %.2f %.4f %.4f\n", tok_s, ms_step, mfu, used,
            loss_first, loss_last);
+    free(pms);
     free(tok);
     free(tgt);
     cudaEventDestroy(e0);

@@ -3,6 +3,7 @@
 # builds bench_step_gpu, runs it and the PyTorch baseline (gpt2_torch.py, torch.compile)
 # with the same shapes, and prints one side-by-side table.  Options are passed to both
 # (--batch, --micro, --seq, --steps, --warmup, --layers, --hidden, --heads, --vocab, --peak).
+# Then one run of bench_step_gpu with --profile: the per-phase table of the step.
 # Logs go to $OUT (or build/gpu-out).  Exit status 1 when either side failed.
 #   contrib/bench/run_step_gpu.sh                      # B 64 x T 1024
 #   contrib/bench/run_step_gpu.sh --batch 64 --micro 32
@@ -33,4 +34,11 @@ grep -h '^RESULT ' "$out/bench_step_gpu.log" "$out/gpt2_torch.log" | awk '
                    mfu[i], mem[i], l0[i], l1[i], ref ? sprintf("%.2fx", tok[i] / ref) : "-"
     }'
 echo "(mem: hearth = device memory used by the run; torch = max_memory_allocated)"
+# Where hearth's step spends its time: one more run with the step's CUDA events on
+# (timed separately, so the numbers above are unprofiled).
+echo
+echo "hearth step, per phase (CUDA events summed per kind of work)"
+build/bench/bench_step_gpu "$@" --warmup 1 --steps 1 --profile >"$out/bench_step_gpu_profile.log" 2>&1 ||
+    status=1
+grep -h '^PHASE ' "$out/bench_step_gpu_profile.log" | sed 's/^PHASE //'
 exit "$status"

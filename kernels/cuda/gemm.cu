@@ -7,12 +7,15 @@
  *   dinp^T[K,M]  += W-as-stored[K,N] . dout^T[N,M]                 (m=K, n=M, k=N)
  *   dW^T[K,N]    += inp^T[K,M] . (dout^T[N,M])^T                   (m=K, n=N, k=M)
  * The bias of the forward is a per-row vector of the column-major C (length m = N),
- * which is cuBLASLt's BIAS epilogue. */
+ * which is cuBLASLt's BIAS epilogue; the bias gradient of dW is the sum of dout^T over
+ * k = M, cuBLASLt's BGRADB epilogue (kcuda_matmul_backward_bf16_f32w). */
 #include "cuda/kcuda_internal.h"
 
 #include <string.h>
 
-enum { DT_BF16 = 0, DT_F32 = 1 };
+/* DT_BF16_F32OUT: bf16 A and B, fp32 C and D (fp32 accumulation as always): weight
+ * gradients accumulated straight into fp32 storage. */
+enum { DT_BF16 = 0, DT_F32 = 1, DT_BF16_F32OUT = 2 };
 
 struct gemm_args {
     int dtype;
@@ -26,6 +29,7 @@ struct gemm_args {
     int ldc;
     float beta;
     const void *bias; /* NULL: no epilogue */
+    int bgrad;        /* with bias: BGRADB, bias[n] = column sums of op(B) over k (written) */
 };
 
 /* The largest power of two (<= 16) dividing every pointer: cuBLASLt's choice depends
@@ -75,12 +79,15 @@ static struct kcuda_gemm_entry *cache_slot(kcuda_ctx *ctx, const struct kcuda_ge
 static int lt_matmul(kcuda_ctx *ctx, const struct gemm_args *g)
 {
     int rc = KCUDA_OK;
-    cudaDataType_t dt = g->dtype == DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType_t dt = g->dtype == DT_F32 ? CUDA_R_32F : CUDA_R_16BF;
+    cudaDataType_t dtc = g->dtype == DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cublasComputeType_t ct = CUBLAS_COMPUTE_32F; /* fp32 accumulate; never TF32 */
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
     cublasLtMatmulPreference_t pref = NULL;
-    cublasLtEpilogue_t epi = g->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    cublasLtEpilogue_t epi = !g->bias   ? CUBLASLT_EPILOGUE_DEFAULT
+                             : g->bgrad ? CUBLASLT_EPILOGUE_BGRADB
+                                        : CUBLASLT_EPILOGUE_BIAS;
     float alpha = 1.0f, beta = g->beta;
     int arows = g->ta == CUBLAS_OP_N ? g->m : g->k, acols = g->ta == CUBLAS_OP_N ? g->k : g->m;
     int brows = g->tb == CUBLAS_OP_N ? g->k : g->n, bcols = g->tb == CUBLAS_OP_N ? g->n : g->k;
@@ -124,10 +131,14 @@ static int lt_matmul(kcuda_ctx *ctx, const struct gemm_args *g)
         LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
                                           sizeof g->bias),
            "set BIAS_POINTER");
+        if (g->bgrad) /* the gradient in the output's type (fp32 for DT_BF16_F32OUT) */
+            LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &dtc,
+                                              sizeof dtc),
+               "set BIAS_DATA_TYPE");
     }
     LT(cublasLtMatrixLayoutCreate(&la, dt, arows, acols, g->lda), "layout A");
     LT(cublasLtMatrixLayoutCreate(&lb, dt, brows, bcols, g->ldb), "layout B");
-    LT(cublasLtMatrixLayoutCreate(&lc, dt, g->m, g->n, g->ldc), "layout C");
+    LT(cublasLtMatrixLayoutCreate(&lc, dtc, g->m, g->n, g->ldc), "layout C");
     {
         uint32_t al = (uint32_t)key.align;
         int found = 0;
@@ -213,7 +224,7 @@ static int forward(kcuda_ctx *ctx, int dtype, void *out, const void *inp, const 
                    const void *bias, int M, int K, int N)
 {
     struct gemm_args g = {dtype, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, weight, K, inp, K,
-                          out, N, 0.0f, bias};
+                          out, N, 0.0f, bias, 0};
     return lt_matmul(ctx, &g);
 }
 
@@ -224,13 +235,13 @@ static int backward(kcuda_ctx *ctx, int dtype, T *dinp, T *dweight, T *dbias, co
     int rc;
     if (dinp) {
         struct gemm_args g = {dtype, CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, weight, K, dout, N,
-                              dinp, K, 1.0f, NULL};
+                              dinp, K, 1.0f, NULL, 0};
         if ((rc = lt_matmul(ctx, &g)) < 0)
             return rc;
     }
     if (dweight) {
         struct gemm_args g = {dtype, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, inp, K, dout, N,
-                              dweight, K, 1.0f, NULL};
+                              dweight, K, 1.0f, NULL, 0};
         if ((rc = lt_matmul(ctx, &g)) < 0)
             return rc;
     }
@@ -279,4 +290,34 @@ extern "C" int kcuda_matmul_backward_f32(kcuda_ctx *ctx, float *dinp, float *dwe
     if (rc < 0)
         return rc;
     return backward<float>(ctx, DT_F32, dinp, dweight, dbias, dout, inp, weight, M, K, N);
+}
+
+/* ---- matmul backward with fp32 weight gradients ---------------------------------- */
+
+extern "C" int kcuda_matmul_backward_bf16_f32w(kcuda_ctx *ctx, kcuda_bf16 *dinp,
+                                               int dinp_accumulate, float *dweight,
+                                               float *dbias_set, const kcuda_bf16 *dout,
+                                               const kcuda_bf16 *inp, const kcuda_bf16 *weight,
+                                               int M, int K, int N)
+{
+    int rc = check_shape(ctx, "kcuda_matmul_backward_bf16_f32w", M, K, N);
+    if (rc < 0)
+        return rc;
+    if (dbias_set && !dweight)
+        return kcuda_fail(ctx, KCUDA_EARG,
+                          "kcuda_matmul_backward_bf16_f32w: dbias_set needs dweight");
+    if (dinp) {
+        struct gemm_args g = {DT_BF16, CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, weight, K, dout, N,
+                              dinp, K, dinp_accumulate ? 1.0f : 0.0f, NULL, 0};
+        if ((rc = lt_matmul(ctx, &g)) < 0)
+            return rc;
+    }
+    if (dweight) {
+        /* B = dout (op T, [N, M] column-major), k = M: BGRADB sums dout over the rows. */
+        struct gemm_args g = {DT_BF16_F32OUT, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, inp, K, dout,
+                              N, dweight, K, 1.0f, dbias_set, dbias_set != NULL};
+        if ((rc = lt_matmul(ctx, &g)) < 0)
+            return rc;
+    }
+    return KCUDA_OK;
 }

@@ -364,6 +364,22 @@ int kcuda_attention_v1_backward_bf16(kcuda_ctx *ctx, kcuda_bf16 *dq, kcuda_bf16 
                                      const float *lse, const int *cu_seqlens, int nseq,
                                      int max_seqlen, int Hq, int Hkv, int D, int causal);
 
+/* ---- matmul: fp32 weight gradients ------------------------------------------------
+ * kcuda_matmul_backward_bf16 for training with fp32 gradient accumulation: dweight [N,K]
+ * is FP32 and dweight += dout^T . inp comes straight out of cuBLASLt (bf16 A/B, fp32 C/D,
+ * fp32 accumulation: no rounding of the gradient to bf16, no conversion pass).
+ * dinp [M,K] bf16: dinp_accumulate != 0 adds into it (dinp += dout . weight), 0 overwrites
+ * it (dinp = dout . weight: no zeroing pass needed before).  Either may be NULL.
+ * dbias_set (fp32 [N], may be NULL; needs dweight): the column sums of dout, WRITTEN (=,
+ * not added) by the dweight GEMM's epilogue (cuBLASLt BGRADB), so that the bias gradient
+ * costs no pass of its own.  cuBLASLt does not offer that epilogue for every type, shape
+ * and alignment: then the call returns KCUDA_ENOALGO (or KCUDA_ECUBLAS) having computed
+ * nothing, and the caller falls back to dbias_set = NULL and a separate reduction. */
+int kcuda_matmul_backward_bf16_f32w(kcuda_ctx *ctx, kcuda_bf16 *dinp, int dinp_accumulate,
+                                    float *dweight, float *dbias_set, const kcuda_bf16 *dout,
+                                    const kcuda_bf16 *inp, const kcuda_bf16 *weight, int M,
+                                    int K, int N);
+
 #ifdef __cplusplus
 }
 #endif

@@ -177,6 +177,77 @@ static int t_matmul(struct tctx *t, int bf16)
 }
 
 static int t_matmul_f32(struct tctx *t) { return t_matmul(t, 0); }
+
+/* kcuda_matmul_backward_bf16_f32w: bf16 operands, dweight accumulated in fp32 storage
+ * (checked at the fp32 tolerance: bf16 products are exact in fp32), dinp overwritten
+ * (a poisoned buffer: every element must be written) or accumulated. */
+static int t_matmul_f32w(struct tctx *t)
+{
+    int fail = 0;
+    for (size_t s = 0; s < sizeof gemm_shapes / sizeof gemm_shapes[0]; s++) {
+        int M = gemm_shapes[s][0], K = gemm_shapes[s][1], N = gemm_shapes[s][2];
+        struct pool p = {};
+        float *inp = ph(&p, gu_rand(&t->rng, (size_t)M * K, -1, 1, 1));
+        float *w = ph(&p, gu_rand(&t->rng, (size_t)N * K, -1, 1, 1));
+        float *dout = ph(&p, gu_rand(&t->rng, (size_t)M * N, -1, 1, 1));
+        float *dinp0 = ph(&p, gu_rand(&t->rng, (size_t)M * K, -1, 1, 1));
+        float *dw0 = ph(&p, gu_rand(&t->rng, (size_t)N * K, -1, 1, 0));
+        void *d_inp = pd(&p, gu_upload(inp, (size_t)M * K, 1));
+        void *d_w = pd(&p, gu_upload(w, (size_t)N * K, 1));
+        void *d_dout = pd(&p, gu_upload(dout, (size_t)M * N, 1));
+        void *d_dinp_acc = pd(&p, gu_upload(dinp0, (size_t)M * K, 1));
+        void *d_dinp_set = pd(&p, gu_poisoned((size_t)M * K, 1));
+        void *d_dw = pd(&p, gu_upload(dw0, (size_t)N * K, 0));
+        if (!d_inp || !d_w || !d_dout || !d_dinp_acc || !d_dinp_set || !d_dw) {
+            pool_free(&p);
+            return 1;
+        }
+        float *zero = ph(&p, (float *)calloc((size_t)M * K, sizeof(float)));
+        float *rdinp = hcopy(&p, dinp0, (size_t)M * K), *rdw = hcopy(&p, dw0, (size_t)N * K);
+        kcpu_matmul_backward(rdinp, rdw, NULL, dout, inp, w, M, K, N);
+        kcpu_matmul_backward(zero, NULL, NULL, dout, inp, w, M, K, N);
+        void *d_dw2 = pd(&p, gu_upload(dw0, (size_t)N * K, 0));
+        void *d_db = pd(&p, gu_poisoned(N, 0));
+        if (!d_dw2 || !d_db) {
+            pool_free(&p);
+            return 1;
+        }
+        float *rdb = ph(&p, (float *)calloc(N, sizeof(float)));
+        kcpu_matmul_backward(NULL, NULL, rdb, dout, inp, w, M, K, N);
+        int r1 = kcuda_matmul_backward_bf16_f32w(t->k, (kcuda_bf16 *)d_dinp_acc, 1, (float *)d_dw,
+                                                 NULL, (kcuda_bf16 *)d_dout, (kcuda_bf16 *)d_inp,
+                                                 (kcuda_bf16 *)d_w, M, K, N);
+        int r2 = kcuda_matmul_backward_bf16_f32w(t->k, (kcuda_bf16 *)d_dinp_set, 0, NULL, NULL,
+                                                 (kcuda_bf16 *)d_dout, (kcuda_bf16 *)d_inp,
+                                                 (kcuda_bf16 *)d_w, M, K, N);
+        /* The fused bias gradient (BGRADB): where cuBLASLt offers it, exact column sums and
+         * the same dweight; where not, the documented refusal. */
+        int r3 = kcuda_matmul_backward_bf16_f32w(t->k, NULL, 0, (float *)d_dw2, (float *)d_db,
+                                                 (kcuda_bf16 *)d_dout, (kcuda_bf16 *)d_inp,
+                                                 (kcuda_bf16 *)d_w, M, K, N);
+        int fused = r3 == KCUDA_OK;
+        if (!fused && r3 != KCUDA_ENOALGO && r3 != KCUDA_ECUBLAS)
+            fail |= !rc_ok(t, r3, "matmul_backward_f32w(bgradb)");
+        if (!fused)
+            printf("# [%d,%d,%d] fused bias gradient not offered: %s\n", M, K, N,
+                   kcuda_ctx_errmsg(t->k));
+        if (!rc_ok(t, r1, "matmul_backward_f32w") || !rc_ok(t, r2, "matmul_backward_f32w(set)")) {
+            pool_free(&p);
+            return 1;
+        }
+        char nm[64];
+        snprintf(nm, sizeof nm, "dweight f32 [%d,%d,%d]", M, K, N);
+        fail |= check(t, nm, d_dw, rdw, (size_t)N * K, 0);
+        if (fused) {
+            fail |= check(t, "dweight f32 (with bgradb)", d_dw2, rdw, (size_t)N * K, 0);
+            fail |= check(t, "dbias f32 (bgradb)", d_db, rdb, N, 0);
+        }
+        fail |= check(t, "dinp (accumulated)", d_dinp_acc, rdinp, (size_t)M * K, 1);
+        fail |= check(t, "dinp (overwritten)", d_dinp_set, zero, (size_t)M * K, 1);
+        pool_free(&p);
+    }
+    return fail;
+}
 static int t_matmul_bf16(struct tctx *t) { return t_matmul(t, 1); }
 
 /* The second call of a shape must reuse the cached algorithm, not ask again. */
@@ -496,6 +567,7 @@ struct test {
 
 static const struct test tests[] = {
     {"matmul_f32", t_matmul_f32},       {"matmul_bf16", t_matmul_bf16},
+    {"matmul_bf16_f32w", t_matmul_f32w},
     {"gemm_algo_cache", t_gemm_cache},  {"rmsnorm_f32", t_rmsnorm_f32},
     {"rmsnorm_bf16", t_rmsnorm_bf16},   {"swiglu_f32", t_swiglu_f32},
     {"swiglu_bf16", t_swiglu_bf16},     {"crossentropy_f32", t_crossentropy},

@@ -44,6 +44,7 @@ int gpt_gpu_tensor_count(const gpt_gpu *g) { return g->nt; }
 const char *gpt_gpu_tensor_name(const gpt_gpu *g, int i) { return g->t[i].name; }
 size_t gpt_gpu_tensor_numel(const gpt_gpu *g, int i) { return g->t[i].n; }
 void *gpt_gpu_stream(const gpt_gpu *g) { return (void *)g->stream; }
+void gpt_gpu_fused_bias_grad(gpt_gpu *g, int on) { g->no_bgradb = !on; }
 
 size_t gpt_gpu_param_count(const gpt_gpu *g)
 {
@@ -166,9 +167,10 @@ static void plan(gpt_gpu *g, gg_bump *b)
     g->tmp = TAKE_BF(b, N * C);
     g->dresid = TAKE_BF(b, N * C);
     g->dtmp = TAKE_BF(b, N * C);
-    g->dq = TAKE_BF(b, N * C);
-    g->dk = TAKE_BF(b, N * C);
-    g->dv = TAKE_BF(b, N * C);
+    /* dq, dk, dv adjacent: one zeroing pass before the attention backward adds. */
+    g->dq = TAKE_BF(b, 3 * N * C);
+    g->dk = b->base ? g->dq + N * C : NULL;
+    g->dv = b->base ? g->dk + N * C : NULL;
     g->dgel = TAKE_BF(b, N * F);
     g->dfc1 = TAKE_BF(b, N * F);
     g->meanf = TAKE_F(b, N);
@@ -176,7 +178,10 @@ static void plan(gpt_gpu *g, gg_bump *b)
     g->losses = TAKE_F(b, N);
     g->lse_ce = TAKE_F(b, N);
     g->dlosses = TAKE_F(b, N);
+    /* Scratch of the bias gradients (one [chunks, width] array) and of the LayerNorm
+     * parameter gradients (two [chunks, C] arrays). */
     size_t widest = F > 3 * C ? F : 3 * C;
+    widest = widest > 2 * C ? widest : 2 * C;
     g->bias_part = TAKE_F(b, ggk_bias_scratch(g->N, (int)widest));
     g->clip = TAKE_F(b, 1);
     g->ids = TAKE_I(b, (size_t)c->max_micro * N);
@@ -283,7 +288,7 @@ static int skeleton(gpt_gpu **out, const gpt_gpu_config *cfg, char *errbuf, size
     gg_bump b = {NULL, 0};
     plan(g, &b);
     g->arena_bytes = b.used;
-    g->state_bytes = g->P * (4 * sizeof(float) + 2 * sizeof(kcuda_bf16));
+    g->state_bytes = g->P * (4 * sizeof(float) + sizeof(kcuda_bf16));
     *out = g;
     return 0;
 }
@@ -312,13 +317,13 @@ int gpt_gpu_create(gpt_gpu **out, const gpt_gpu_config *cfg, uint64_t seed, char
                                sizeof g->msg)) < 0)
         goto fail;
 
-    /* Parameter-shaped state: p32, g32, m, v (fp32) and p16, g16 (bf16). */
+    /* Parameter-shaped state: p32, g32, m, v (fp32) and p16 (bf16). */
     {
         size_t P = g->P;
-        void **bufs[6] = {(void **)&g->p32, (void **)&g->g32, (void **)&g->m, (void **)&g->v,
-                          (void **)&g->p16, (void **)&g->g16};
-        size_t es[6] = {4, 4, 4, 4, 2, 2};
-        for (int i = 0; i < 6; i++) {
+        void **bufs[5] = {(void **)&g->p32, (void **)&g->g32, (void **)&g->m, (void **)&g->v,
+                          (void **)&g->p16};
+        size_t es[5] = {4, 4, 4, 4, 2};
+        for (int i = 0; i < 5; i++) {
             if ((rc = gg_cuda(g, cudaMalloc(bufs[i], P * es[i]), "cudaMalloc(state)")))
                 goto fail;
             if ((rc = gg_cuda(g, cudaMemsetAsync(*bufs[i], 0, P * es[i], g->stream),
@@ -411,9 +416,10 @@ void gpt_gpu_free(gpt_gpu *g)
         return;
     if (g->stream)
         cudaStreamSynchronize(g->stream);
-    void *dev[9] = {g->arena, g->p32, g->g32, g->m, g->v, g->p16, g->g16, g->d_sumsq_desc,
+    gg_prof_free(g);
+    void *dev[8] = {g->arena, g->p32, g->g32, g->m, g->v, g->p16, g->d_sumsq_desc,
                     g->d_adam_desc};
-    for (int i = 0; i < 9; i++)
+    for (int i = 0; i < 8; i++)
         if (dev[i])
             cudaFree(dev[i]);
     kcuda_ctx_free(g->kc);

@@ -11,13 +11,14 @@
  * Precision: fp32 master weights, bf16 working copies (what the kernels read), fp32
  * AdamW moments.  Activations are bf16; norm statistics, attention log-sum-exps and the
  * losses are fp32.  Gradients:
- *   - matmul weight gradients come out of cuBLASLt in bf16 (one GEMM per micro batch and
- *     tensor, fp32 accumulation inside the GEMM) and are added into the fp32 gradients
- *     after every micro batch, so that gradient accumulation over micro batches is fp32;
- *   - biases (a deterministic two-pass column sum), LayerNorm weights/biases and the
- *     embedding/position tables (deterministic sorted scatter) are accumulated in fp32
- *     directly;
- *   - the tied embedding gets both: the head's bf16 GEMM gradient plus the fp32 scatter.
+ *   - matmul weight gradients are accumulated by cuBLASLt straight into the fp32
+ *     gradients (bf16 operands, fp32 accumulation and fp32 output with beta = 1), so that
+ *     accumulation over micro batches is fp32 with no conversion pass;
+ *   - biases (the weight-gradient GEMM's BGRADB epilogue where cuBLASLt offers it, else
+ *     a deterministic two-pass column sum), LayerNorm weights/biases (two-pass column
+ *     sums) and the embedding/position tables (deterministic sorted scatter) are
+ *     accumulated in fp32 directly;
+ *   - the tied embedding gets both: the head's GEMM gradient plus the scatter.
  * The global gradient norm, the clip factor and AdamW run on the device
  * (kcuda_multi_sumsq_f32, kcuda_clip_factor, kcuda_multi_adamw_update): a step needs no
  * host synchronisation unless the loss is read.
@@ -102,6 +103,26 @@ int gpt_gpu_update(gpt_gpu *g, const gpt_gpu_adamw *opt, int step);
 
 /* forward_backward + update.  *loss may be NULL (no synchronisation). */
 int gpt_gpu_step(gpt_gpu *g, int n_micro, const gpt_gpu_adamw *opt, int step, double *loss);
+
+/* Bias gradients: on (the default), the weight-gradient GEMM's epilogue computes them
+ * (cuBLASLt BGRADB) where cuBLASLt offers it, else a separate reduction pass over the
+ * output gradient; off, always the separate pass.  Both give the same gradient up to fp32
+ * summation order; the switch is there to time one against the other. */
+void gpt_gpu_fused_bias_grad(gpt_gpu *g, int on);
+
+/* Per-phase timing of the step, off by default.  gpt_gpu_profile(g, 1) creates CUDA events
+ * and from then on every entry point records one at each change of the kind of work
+ * (embedding, layernorm, each GEMM's forward/dinp/dW, attention, ...): the phases tile
+ * the stream's timeline.  While on, the step may synchronise (when its event pool fills);
+ * off (gpt_gpu_profile(g, 0), the default) it records no event and never synchronises.
+ * gpt_gpu_profile_read synchronises, writes the milliseconds spent in each kind since the
+ * previous read into ms[0..n) (kinds past n are dropped), resets the sums and returns the
+ * number of kinds (gpt_gpu_profile_kinds) or a negative code.  gpt_gpu_profile_name(i):
+ * a static name, NULL out of range. */
+int gpt_gpu_profile(gpt_gpu *g, int on);
+int gpt_gpu_profile_read(gpt_gpu *g, double *ms, int n);
+int gpt_gpu_profile_kinds(void);
+const char *gpt_gpu_profile_name(int kind);
 
 /* The stream the model's work goes to (cudaStream_t), for timing with events. */
 void *gpt_gpu_stream(const gpt_gpu *g);

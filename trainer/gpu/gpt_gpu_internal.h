@@ -36,6 +36,17 @@ typedef struct {
 enum { T_LN1W, T_LN1B, T_QKVW, T_QKVB, T_PROJW, T_PROJB, T_LN2W, T_LN2B, T_FC1W, T_FC1B,
        T_FC2W, T_FC2B, T_PER_LAYER };
 
+/* Kinds of work the step's profile (gpt_gpu_profile.cu) times; names there, same order. */
+enum {
+    GGP_IDLE = -1,   /* end of an entry point: the time up to the next mark is not counted */
+    GGP_EMBED_FWD, GGP_LN_FWD, GGP_QKV_FWD, GGP_ATT_FWD, GGP_PROJ_FWD, GGP_FC1_FWD,
+    GGP_GELU_FWD, GGP_FC2_FWD, GGP_HEAD_FWD, GGP_CE_FWD, GGP_CE_BWD, GGP_HEAD_DINP,
+    GGP_HEAD_DW, GGP_LN_BWD, GGP_FC2_DINP, GGP_FC2_DW, GGP_FC1_DINP, GGP_FC1_DW,
+    GGP_PROJ_DINP, GGP_PROJ_DW, GGP_QKV_DINP, GGP_QKV_DW, GGP_BIAS_GRAD, GGP_GELU_BWD,
+    GGP_ATT_BWD, GGP_EMBED_BWD, GGP_ZERO, GGP_CLIP, GGP_ADAMW, GGP_LN_PGRAD, GGP_COUNT
+};
+typedef struct gg_prof gg_prof;
+
 /* What the forward keeps for the backward, per block. */
 typedef struct {
     kcuda_bf16 *resid, *ln1, *q, *k, *v, *att, *mid, *ln2, *fc1, *gel;
@@ -55,7 +66,7 @@ struct gpt_gpu {
     int t_embed, t_pos, t_lnfw, t_lnfb, t_layer0;
     size_t P;                 /* elements of every parameter-shaped arena */
     float *p32, *g32, *m, *v;
-    kcuda_bf16 *p16, *g16;
+    kcuda_bf16 *p16;
     kcuda_tensor_f32 *d_sumsq_desc;   /* device descriptor arrays */
     kcuda_adamw_tensor *d_adam_desc;
 
@@ -69,6 +80,9 @@ struct gpt_gpu {
     int *ids, *tgt, *pos_ids, *cu;
     double *loss_acc, *sumsq;
     int *n_targets;           /* host, per micro batch slot */
+    gg_prof *prof;            /* NULL unless gpt_gpu_profile turned timing on */
+    int no_bgradb;            /* separate bias-gradient pass: turned off by the caller, or
+                               * cuBLASLt refused the fused epilogue once (don't ask again) */
 };
 
 /* The message (printf format) into g->msg; returns code. */
@@ -79,6 +93,10 @@ int gg_cuda(gpt_gpu *g, cudaError_t e, const char *what);
 int gg_k(gpt_gpu *g, int rc, const char *what);
 /* Nonzero (with the message) when g is only a plan (gpt_gpu_plan): no device state. */
 int gg_no_device(gpt_gpu *g);
+
+/* Profile: from here on the stream's work is of `kind` (GGP_*); nothing when off. */
+int gg_prof_mark(gpt_gpu *g, int kind);
+void gg_prof_free(gpt_gpu *g);
 
 /* Parameter tensor k (T_*) of block l. */
 static inline const gg_tensor *lt(const gpt_gpu *g, int l, int k)

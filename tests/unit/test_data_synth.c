@@ -9,12 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "data_synth.h"
+#include "support/testutil.h"
 
 static uint64_t g_seed;
 static uint64_t g_state;
@@ -74,10 +73,8 @@ static void random_params(run_config *c, synth_params *p)
 static int setup_seed(void **state)
 {
     (void)state;
-    const char *env = getenv("HEARTH_TEST_SEED");
-    g_seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
+    g_seed = tu_rng_fresh_noted().seed;
     g_state = g_seed;
-    print_message("# HEARTH_TEST_SEED=%llu\n", (unsigned long long)g_seed);
     return 0;
 }
 

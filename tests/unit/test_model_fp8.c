@@ -12,11 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "model/fp8.h"
+#include "support/runcfg.h"
+#include "support/testutil.h"
 #include "train.h"
 
 static uint64_t g_seed;
@@ -24,10 +25,7 @@ static uint64_t g_seed;
 static int setup_seed(void **state)
 {
     (void)state;
-    const char *env = getenv("HEARTH_TEST_SEED");
-    g_seed = env ? strtoull(env, NULL, 0)
-                 : ((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16)) % 1000000007ULL;
-    print_message("# HEARTH_TEST_SEED=%llu\n", (unsigned long long)g_seed);
+    g_seed = tu_rng_fresh_noted().seed;
     return 0;
 }
 
@@ -55,20 +53,12 @@ static const char *base_yaml =
 
 static void make_config(run_config *c, const char *kv)
 {
-    config_override ovr[2];
-    char seed_text[32], key[64];
-    int n = 0;
-    snprintf(seed_text, sizeof seed_text, "%llu", (unsigned long long)g_seed);
-    ovr[n].key = "train.seed";
-    ovr[n++].value = seed_text;
-    if (kv) {
-        const char *eq = strchr(kv, '=');
-        snprintf(key, sizeof key, "%.*s", (int)(eq - kv), kv);
-        ovr[n].key = key;
-        ovr[n++].value = eq + 1;
-    }
+    runcfg_list l;
+    runcfg_init(&l);
+    runcfg_add_seed(&l, g_seed);
+    runcfg_add_kv(&l, &kv, kv ? 1 : 0);
     hearth_err err = { { 0 } };
-    if (run_config_parse(c, "test.yaml", base_yaml, ovr, n, 1, &err))
+    if (runcfg_parse(c, base_yaml, &l, 1, &err))
         fail_msg("config: %s", err.msg);
 }
 

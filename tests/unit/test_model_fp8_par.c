@@ -23,7 +23,6 @@
 #include <cmocka.h>
 
 #include <math.h>
-#include <pthread.h>
 
 #include "comm/comm.h"
 #include "data_synth.h"
@@ -31,6 +30,9 @@
 #include "model/model.h"
 #include "model/model_par.h"
 #include "model/model_shard.h"
+#include "support/ranks.h"
+#include "support/shapebatch.h"
+#include "support/stagepar.h"
 #include "support/testutil.h"
 
 #define TP 2
@@ -77,26 +79,22 @@ typedef struct {
     const fp8_plan *plan;
     vlm_batch b[NMB];
     float loss_scale, aux_scale;
-    comm_world *w;
     model *m[TP];
     double loss[TP][NMB];
     int rc[TP];
     hearth_err err[TP];
 } tp_run;
 
-static int run_rank(tp_run *R, int t, comm *world, hearth_err *err)
+static int run_rank(void *ctx, int t, comm *world, hearth_err *err)
 {
+    tp_run *R = ctx;
     int ranks[TP] = { 0, 1 };
     comm *tpc = NULL, *encc = NULL;
     int rc = comm_group_create(world, ranks, TP, &tpc, err);
     if (rc || (rc = comm_group_create(world, ranks, TP, &encc, err)))
         goto out;
     model_par par;
-    memset(&par, 0, sizeof par);
-    par.has_decoder = 1;
-    par.tp = tpc;
-    par.n_layers = R->sh->decoder.s.layers;
-    par.has_embed = par.has_head = 1;
+    stagepar_decoder(&par, tpc, NULL, 0, 0, 1, 0, R->sh->decoder.s.layers);
     par.has_encoder = 1;
     par.enc_tp = encc;
     if ((rc = model_create_par(&R->m[t], R->sh, &par, R->seed, err)) ||
@@ -128,23 +126,6 @@ out:
     return rc;
 }
 
-typedef struct {
-    tp_run *R;
-    int t;
-} rank_arg;
-
-static void *rank_thread(void *p)
-{
-    rank_arg *a = p;
-    comm *world = NULL;
-    tp_run *R = a->R;
-    R->rc[a->t] = comm_local_world_rank(R->w, a->t, &world, &R->err[a->t]);
-    if (!R->rc[a->t])
-        R->rc[a->t] = run_rank(R, a->t, world, &R->err[a->t]);
-    comm_free(world);
-    return NULL;
-}
-
 static void check(const char *preset)
 {
     model_shape sh = small(preset);
@@ -154,20 +135,8 @@ static void check(const char *preset)
     R->sh = &sh;
     R->seed = tu_next(&g_rng);
     R->plan = &plan;
-    synth_params p;
-    memset(&p, 0, sizeof p);
-    p.seed = tu_next(&g_rng);
-    p.seq_len = 32;
-    p.vocab = sh.decoder.vocab;
-    p.image_token_id = sh.decoder.image_token_id;
-    p.images_min = 1;
-    p.images_max = 2;
-    p.px_min = 16;
-    p.px_max = 32;
-    p.in_channels = sh.encoder.in_channels;
-    p.patch = sh.encoder.patch;
-    p.temporal_patch = sh.encoder.temporal_patch;
-    p.merge = sh.encoder.spatial_merge;
+    synth_params p;              /* tiny-vlm(-moe) have an encoder: every sample gets images */
+    shapebatch_params(&p, &sh, tu_next(&g_rng), 32, 32);
     synth_batch sb[NMB];
     memset(sb, 0, sizeof sb);
     hearth_err err = { { 0 } };
@@ -204,16 +173,8 @@ static void check(const char *preset)
         loss32[k] = st.loss_sum;
     }
 
-    comm_local_opts o = { .timeout_ms = 60000 };
-    assert_int_equal(comm_local_world_create(&R->w, TP, &o, &err), 0);
-    pthread_t th[TP];
-    rank_arg args[TP];
-    for (int t = 0; t < TP; t++) {
-        args[t] = (rank_arg){ R, t };
-        assert_int_equal(pthread_create(&th[t], NULL, rank_thread, &args[t]), 0);
-    }
-    for (int t = 0; t < TP; t++)
-        pthread_join(th[t], NULL);
+    if (ranks_run(TP, 60000, run_rank, R, R->rc, R->err, &err))
+        fail_msg("%s: %s", preset, err.msg);
     for (int t = 0; t < TP; t++)
         if (R->rc[t])
             fail_msg("%s rank %d: %s", preset, t, R->err[t].msg);
@@ -251,7 +212,6 @@ static void check(const char *preset)
     assert_true(dl < 0.01);
     for (int t = 0; t < TP; t++)
         model_free(R->m[t]);
-    comm_local_world_free(R->w);
     model_free(ref);
     model_free(ref32);
     for (int k = 0; k < NMB; k++)

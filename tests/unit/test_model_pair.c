@@ -27,11 +27,11 @@
 
 #include <cmocka.h>
 
-#include <pthread.h>
-
 #include "comm/comm.h"
 #include "model/model.h"
 #include "model/model_par.h"
+#include "support/ranks.h"
+#include "support/stagepar.h"
 #include "support/testutil.h"
 #include "test_model_util.h"
 
@@ -55,13 +55,7 @@ typedef struct {
     size_t tied_off[MAXR], tied_n[MAXR];
     int rc[MAXR];
     hearth_err err[MAXR];
-    comm_world *w;
 } layout;
-
-typedef struct {
-    layout *L;
-    int rank;
-} rank_arg;
 
 static int tag(int run, int grad, int k)
 {
@@ -128,31 +122,19 @@ static int run_once(layout *L, int rank, comm *world, model *const obj[NMB], int
     return rc;
 }
 
-static int run_rank(layout *L, int rank, comm *world, hearth_err *err)
+static int run_rank(void *ctx, int rank, comm *world, hearth_err *err)
 {
-    int tp = L->tp, ep = L->ep, t = rank % tp, e = rank / tp % ep, s = rank / tp / ep, rc;
-    int ranks[MAXR], eranks[MAXR];
-    for (int i = 0; i < tp; i++)
-        ranks[i] = (s * ep + e) * tp + i;
-    for (int i = 0; i < ep; i++)
-        eranks[i] = (s * ep + i) * tp + t;
+    layout *L = ctx;
+    ranks_grid g;
+    ranks_grid_place(&g, rank, L->tp, L->ep);
+    int s = g.s, rc;
     comm *tpc = NULL, *epc = NULL;
     model *m = NULL, *clone = NULL;
-    if (tp > 1 && (rc = comm_group_create(world, ranks, tp, &tpc, err)))
+    if ((rc = ranks_grid_groups(&g, world, &tpc, &epc, err)))
         return rc;
-    if (ep > 1 && (rc = comm_group_create(world, eranks, ep, &epc, err)))
-        goto out;
     int nl = L->sh.decoder.s.layers;
     model_par par;
-    memset(&par, 0, sizeof par);
-    par.has_decoder = 1;
-    par.tp = tpc;
-    par.sp = L->sp;
-    par.ep = epc;
-    par.first_layer = s * (nl / L->pp);
-    par.n_layers = nl / L->pp;
-    par.has_embed = s == 0;
-    par.has_head = s == L->pp - 1;
+    stagepar_decoder(&par, tpc, epc, L->sp, s, L->pp, s * (nl / L->pp), nl / L->pp);
     if ((rc = model_create_par(&m, &L->sh, &par, L->param_seed, err)) ||
         (rc = model_clone(&clone, m, err)))
         goto out;
@@ -192,18 +174,6 @@ out:
     return rc;
 }
 
-static void *rank_thread(void *p)
-{
-    rank_arg *a = p;
-    layout *L = a->L;
-    comm *world = NULL;
-    L->rc[a->rank] = comm_local_world_rank(L->w, a->rank, &world, &L->err[a->rank]);
-    if (!L->rc[a->rank])
-        L->rc[a->rank] = run_rank(L, a->rank, world, &L->err[a->rank]);
-    comm_free(world);
-    return NULL;
-}
-
 /* A MoE decoder without the encoder (the pair starts after the image rows are in). */
 static model_shape moe_shape(int every, int tied)
 {
@@ -233,17 +203,8 @@ static void run_layout(const char *name, model_shape sh, int tp, int ep, int pp,
         for (int k = 0; k < NMB; k++)
             tm_make_batch(&L->b[e][k], &L->sh, &rng, NSEQ, SEQ, 0, NULL, NULL);
     hearth_err err;
-    comm_local_opts o = { .timeout_ms = 60000 };
-    assert_int_equal(comm_local_world_create(&L->w, nr, &o, &err), 0);
-    pthread_t th[MAXR];
-    rank_arg args[MAXR];
-    for (int r = 0; r < nr; r++) {
-        args[r] = (rank_arg){ L, r };
-        assert_int_equal(pthread_create(&th[r], NULL, rank_thread, &args[r]), 0);
-    }
-    for (int r = 0; r < nr; r++)
-        pthread_join(th[r], NULL);
-    comm_local_world_free(L->w);
+    if (ranks_run(nr, 60000, run_rank, L, L->rc, L->err, &err))
+        fail_msg("%s: %s", name, err.msg);
     for (int r = 0; r < nr; r++)
         if (L->rc[r])
             fail_msg("%s: rank %d failed (%d): %s", name, r, L->rc[r], L->err[r].msg);

@@ -31,7 +31,6 @@
 
 #include <math.h>
 #include <omp.h>
-#include <pthread.h>
 
 #include "comm/comm.h"
 #include "data_synth.h"
@@ -39,6 +38,9 @@
 #include "model/model.h"
 #include "model/model_par.h"
 #include "model/model_shard.h"
+#include "support/ranks.h"
+#include "support/shapebatch.h"
+#include "support/stagepar.h"
 #include "support/testutil.h"
 #include "test_model_util.h"
 
@@ -124,13 +126,7 @@ typedef struct {
     int nt[MAXR][NMB];
     int rc[MAXR];
     hearth_err err[MAXR];
-    comm_world *w;
 } layout;
-
-typedef struct {
-    layout *L;
-    int rank;
-} rank_arg;
 
 /* Checks that the initial values are the full model's slices (bitwise) and that the
  * table matches the full model's; then loads the reference's parameters. */
@@ -154,35 +150,24 @@ static int load_params(layout *L, model *m)
     return ok;
 }
 
-static int run_rank(layout *L, int rank, comm *world, hearth_err *err)
+static int run_rank(void *ctx, int rank, comm *world, hearth_err *err)
 {
-    /* rank = (stage * ep + e) * tp + t: tp fastest */
-    int tp = L->tp, ep = L->ep, t = rank % tp, e = rank / tp % ep, s = rank / tp / ep, rc = 0;
-    int step = tp * ep;             /* rank distance between neighbouring stages */
-    int ranks[MAXR], eranks[MAXR];
-    for (int i = 0; i < tp; i++)
-        ranks[i] = (s * ep + e) * tp + i;
-    for (int i = 0; i < ep; i++)
-        eranks[i] = (s * ep + i) * tp + t;
+    layout *L = ctx;
+    ranks_grid g;
+    ranks_grid_place(&g, rank, L->tp, L->ep);
+    int tp = L->tp, e = g.e, s = g.s, rc = 0;
+    int step = tp * L->ep;          /* rank distance between neighbouring stages */
     comm *tpc = NULL, *encc = NULL, *epc = NULL;
-    if (tp > 1 && (rc = comm_group_create(world, ranks, tp, &tpc, err)))
+    if ((rc = ranks_grid_groups(&g, world, &tpc, &epc, err)))
         return rc;
-    if (ep > 1 && (rc = comm_group_create(world, eranks, ep, &epc, err)))
-        goto out;
     if (tp > 1 && s == 0 && !L->enc_own &&
-        (rc = comm_group_create(world, ranks, tp, &encc, err)))
+        (rc = comm_group_create(world, g.tp_ranks, tp, &encc, err)))
         goto out;
-    model_par par;
-    memset(&par, 0, sizeof par);
-    par.has_decoder = 1;
-    par.tp = tpc;
-    par.sp = L->sp;
-    par.ep = epc;
+    int first_layer = 0;
     for (int i = 0; i < s; i++)
-        par.first_layer += L->layers[i];
-    par.n_layers = L->layers[s];
-    par.has_embed = s == 0;
-    par.has_head = s == L->pp - 1;
+        first_layer += L->layers[i];
+    model_par par;
+    stagepar_decoder(&par, tpc, epc, L->sp, s, L->pp, first_layer, L->layers[s]);
     par.has_encoder = s == 0 && L->sh->encoder.present;
     par.enc_tp = encc;
     if ((rc = model_create_par(&L->m[rank], L->sh, &par, L->seed, err)))
@@ -261,49 +246,12 @@ out:
     return rc;
 }
 
-static void *rank_thread(void *p)
-{
-    rank_arg *a = p;
-    layout *L = a->L;
-    comm *world = NULL;
-    L->rc[a->rank] = comm_local_world_rank(L->w, a->rank, &world, &L->err[a->rank]);
-    if (!L->rc[a->rank])
-        L->rc[a->rank] = run_rank(L, a->rank, world, &L->err[a->rank]);
-    comm_free(world);
-    return NULL;
-}
-
-/* Relative L2 error of a against b. */
-static double rel_err(const float *a, const float *b, size_t n)
-{
-    double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++) {
-        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        r += (double)b[i] * b[i];
-    }
-    return r > 0 ? sqrt(d / r) : sqrt(d);
-}
-
 /* A synthetic micro batch of n_seq sequences. */
 static void make_batch(synth_batch *sb, const model_shape *sh, uint64_t seed, uint64_t first,
                        int n_seq, int seq_len)
 {
     synth_params p;
-    memset(&p, 0, sizeof p);
-    p.seed = seed;
-    p.seq_len = seq_len;
-    p.vocab = sh->decoder.vocab;
-    p.image_token_id = sh->encoder.present ? sh->decoder.image_token_id : -1;
-    if (sh->encoder.present) {
-        p.images_min = 1;
-        p.images_max = 2;
-        p.px_min = 16;
-        p.px_max = 40;
-        p.in_channels = sh->encoder.in_channels;
-        p.patch = sh->encoder.patch;
-        p.temporal_patch = sh->encoder.temporal_patch;
-        p.merge = sh->encoder.spatial_merge;
-    }
+    shapebatch_params(&p, sh, seed, seq_len, 40);
     hearth_err err;
     if (synth_fill(sb, &p, first, n_seq, &err))
         fail_msg("synth_fill: %s", err.msg);
@@ -360,17 +308,8 @@ static void check_layout(const model_shape *sh, int tp, int pp, int ep, int sp, 
         }
 
     int n = tp * pp * ep;
-    comm_local_opts o = { .timeout_ms = 20000 };
-    assert_int_equal(comm_local_world_create(&L->w, n, &o, &err), 0);
-    pthread_t th[MAXR];
-    rank_arg args[MAXR];
-    for (int r = 0; r < n; r++) {
-        args[r] = (rank_arg){ L, r };
-        assert_int_equal(pthread_create(&th[r], NULL, rank_thread, &args[r]), 0);
-    }
-    for (int r = 0; r < n; r++)
-        pthread_join(th[r], NULL);
-    comm_local_world_free(L->w);
+    if (ranks_run(n, 20000, run_rank, L, L->rc, L->err, &err))
+        fail_msg("%s: %s", what, err.msg);
     for (int r = 0; r < n; r++)
         if (L->rc[r])
             fail_msg("%s: rank %d failed (%d): %s (seed %llu)", what, r, L->rc[r],
@@ -424,7 +363,7 @@ static void check_layout(const model_shape *sh, int tp, int pp, int ep, int sp, 
             fail_msg("%s: no rank holds %s", what, R->name);
         if (R->frozen)
             continue;
-        double e = rel_err(acc + R->offset, model_grads(ref) + R->offset, R->numel);
+        double e = tu_rel_l2_ff(acc + R->offset, model_grads(ref) + R->offset, R->numel);
         if (!(e <= 1e-5))
             fail_msg("%s: gradient of %s: relative error %.3g (seed %llu)", what, R->name, e,
                      (unsigned long long)g_rng.seed);

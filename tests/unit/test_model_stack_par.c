@@ -25,10 +25,10 @@
 #include <cmocka.h>
 
 #include <math.h>
-#include <pthread.h>
 
 #include "comm/comm.h"
 #include "model/internal.h"
+#include "support/ranks.h"
 #include "support/testutil.h"
 
 #define L 2
@@ -85,7 +85,6 @@ typedef struct {
     double aux[MAXR];
     int rc[MAXR];
     hearth_err err[MAXR];
-    comm_world *w;
 } tctx;
 
 static int is_moe(const layout *ly, int l)
@@ -257,31 +256,18 @@ static void init_cfg(const tctx *x, stack_cfg *c)
                    ly->E ? ly->Fs : 0);
 }
 
-typedef struct {
-    tctx *x;
-    int r;
-} rank_arg;
-
-static void *rank_main(void *arg)
+/* Rank r = d * tp + t: tp rank t of data (expert-parallel) rank d. */
+static int rank_main(void *ctx, int r, comm *world, hearth_err *err)
 {
-    rank_arg *a = arg;
-    tctx *x = a->x;
+    tctx *x = ctx;
     const layout *ly = &x->ly;
-    int r = a->r, t = r % ly->tp, d = r / ly->tp;
-    hearth_err *err = &x->err[r];
-    comm *world = NULL, *tpc = NULL, *epc = NULL;
+    ranks_grid g;
+    ranks_grid_place(&g, r, ly->tp, ly->ep);
+    int t = g.t, d = g.e;
+    comm *tpc = NULL, *epc = NULL;
     stack st;
     memset(&st, 0, sizeof st);
-    int rc = comm_local_world_rank(x->w, r, &world, err);
-    int tpr[MAXR], epr[MAXR];
-    for (int i = 0; i < ly->tp; i++)
-        tpr[i] = d * ly->tp + i;
-    for (int i = 0; i < ly->ep; i++)
-        epr[i] = t + ly->tp * i;
-    if (!rc && ly->tp > 1)
-        rc = comm_group_create(world, tpr, ly->tp, &tpc, err);
-    if (!rc && ly->ep > 1)
-        rc = comm_group_create(world, epr, ly->ep, &epc, err);
+    int rc = ranks_grid_groups(&g, world, &tpc, &epc, err);
     stack_cfg c;
     init_cfg(x, &c);
     if (!rc)
@@ -301,9 +287,7 @@ static void *rank_main(void *arg)
     stack_free(&st);
     comm_free(epc);
     comm_free(tpc);
-    comm_free(world);
-    x->rc[r] = rc;
-    return NULL;
+    return rc;
 }
 
 static void check_rel(const float *got, const float *ref, size_t n, const tu_rng *rng,
@@ -413,17 +397,8 @@ static void run_layout(const layout *ly)
         x->dx[r] = tu_falloc((size_t)N * H);
     }
     hearth_err err;
-    comm_local_opts o = { .timeout_ms = 60000 };
-    assert_int_equal(comm_local_world_create(&x->w, nr, &o, &err), 0);
-    pthread_t th[MAXR];
-    rank_arg args[MAXR];
-    for (int r = 0; r < nr; r++) {
-        args[r] = (rank_arg){ x, r };
-        assert_int_equal(pthread_create(&th[r], NULL, rank_main, &args[r]), 0);
-    }
-    for (int r = 0; r < nr; r++)
-        pthread_join(th[r], NULL);
-    comm_local_world_free(x->w);
+    if (ranks_run(nr, 60000, rank_main, x, x->rc, x->err, &err))
+        fail_msg("%s: %s", ly->name, err.msg);
     for (int r = 0; r < nr; r++) {
         if (ly->bad_n && x->rc[r] != HERR_RUNTIME)
             fail_msg("%s: rank %d returned %d, expected a failed collective", ly->name, r,

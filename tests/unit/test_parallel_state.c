@@ -18,10 +18,9 @@
 
 #include <cmocka.h>
 
-#include <pthread.h>
-
 #include "comm/comm.h"
 #include "parallel/parallel_state.h"
+#include "support/ranks.h"
 #include "support/testutil.h"
 
 static tu_rng g_rng;
@@ -311,14 +310,6 @@ static void test_layout_check(void **state)
 }
 
 /* ---- threads: the communicators connect exactly the listed members ------------------- */
-typedef struct {
-    ps_layout l;
-    comm_world *w;
-    int rank;
-    int rc;
-    hearth_err err;
-} ps_job;
-
 static int check_state(const ps_layout *l, parallel_state *ps, int rank, hearth_err *err)
 {
     int members[MAXW];
@@ -354,28 +345,25 @@ static int check_state(const ps_layout *l, parallel_state *ps, int rank, hearth_
     return 0;
 }
 
-static void *ps_thread(void *p)
+/* One rank: ctx is the (shared, read-only) ps_layout. */
+static int ps_rank(void *ctx, int rank, comm *world, hearth_err *err)
 {
-    ps_job *j = p;
-    comm *world = NULL;
+    const ps_layout *l = ctx;
     parallel_state *dec = NULL, *enc = NULL;
-    j->rc = comm_local_world_rank(j->w, j->rank, &world, &j->err);
-    if (!j->rc)
-        j->rc = parallel_state_create(&dec, &j->l, PS_DECODER, world, &j->err);
-    if (!j->rc)
-        j->rc = parallel_state_create(&enc, &j->l, PS_ENCODER, world, &j->err);
-    if (!j->rc && (dec->rank != j->rank || !dec->present ||
-                   enc->present != ps_present(&j->l, PS_ENCODER, j->rank)))
-        j->rc = herr_set(&j->err, HERR_RUNTIME, "rank/present fields");
+    int rc = parallel_state_create(&dec, l, PS_DECODER, world, err);
+    if (!rc)
+        rc = parallel_state_create(&enc, l, PS_ENCODER, world, err);
+    if (!rc && (dec->rank != rank || !dec->present ||
+                enc->present != ps_present(l, PS_ENCODER, rank)))
+        rc = herr_set(err, HERR_RUNTIME, "rank/present fields");
     /* decoder first, then encoder: the same order on every rank */
-    if (!j->rc)
-        j->rc = check_state(&j->l, dec, j->rank, &j->err);
-    if (!j->rc)
-        j->rc = check_state(&j->l, enc, j->rank, &j->err);
+    if (!rc)
+        rc = check_state(l, dec, rank, err);
+    if (!rc)
+        rc = check_state(l, enc, rank, err);
     parallel_state_free(dec);
     parallel_state_free(enc);
-    comm_free(world);
-    return NULL;
+    return rc;
 }
 
 static void test_states_on_threads(void **state)
@@ -385,22 +373,14 @@ static void test_states_on_threads(void **state)
         ps_layout l = random_layout(8);
         char what[256];
         describe(&l, what, sizeof what);
-        comm_world *w;
-        hearth_err err;
-        comm_local_opts o = { .timeout_ms = 20000 };
-        assert_int_equal(comm_local_world_create(&w, l.world, &o, &err), 0);
-        ps_job jobs[8];
-        pthread_t th[8];
-        for (int r = 0; r < l.world; r++) {
-            jobs[r] = (ps_job){ .l = l, .w = w, .rank = r };
-            assert_int_equal(pthread_create(&th[r], NULL, ps_thread, &jobs[r]), 0);
-        }
+        hearth_err err, rank_err[8];
+        int rc[8];
+        assert_true(l.world <= 8);
+        if (ranks_run(l.world, 20000, ps_rank, &l, rc, rank_err, &err))
+            fail_msg("%s: %s", what, err.msg);
         for (int r = 0; r < l.world; r++)
-            pthread_join(th[r], NULL);
-        comm_local_world_free(w);
-        for (int r = 0; r < l.world; r++)
-            if (jobs[r].rc)
-                fail_msg("%s: rank %d: %s", what, r, jobs[r].err.msg);
+            if (rc[r])
+                fail_msg("%s: rank %d: %s", what, r, rank_err[r].msg);
     }
     /* a world communicator of the wrong size is refused */
     comm_world *w;

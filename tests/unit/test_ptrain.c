@@ -32,7 +32,8 @@
 #include <cmocka.h>
 
 #include "model/model.h"
-#include "parallel/ptrain_local.h"
+#include "support/ptrun.h"
+#include "support/runcfg.h"
 #include "train.h"
 
 #define STEPS 3
@@ -59,16 +60,10 @@ static const char *base_yaml =
 /* Parses base_yaml with "k=v" overrides. */
 static int make_config(run_config *c, const char *const *kv, int n, hearth_err *err)
 {
-    config_override ovr[MAX_KV];
-    char keys[MAX_KV][64];
-    for (int i = 0; i < n; i++) {
-        const char *eq = strchr(kv[i], '=');
-        assert_non_null(eq);
-        snprintf(keys[i], sizeof keys[i], "%.*s", (int)(eq - kv[i]), kv[i]);
-        ovr[i].key = keys[i];
-        ovr[i].value = eq + 1;
-    }
-    return run_config_parse(c, "test.yaml", base_yaml, ovr, n, 0, err);
+    runcfg_list l;
+    runcfg_init(&l);
+    runcfg_add_kv(&l, kv, n);
+    return runcfg_parse(c, base_yaml, &l, 0, err);
 }
 
 typedef struct {
@@ -112,22 +107,8 @@ static void run_single(const run_config *cfg, run_out *o)
 static void run_parallel(const run_config *cfg, run_out *o)
 {
     hearth_err err = { { 0 } };
-    ptrain_local *p = NULL;
-    if (ptrain_local_create(&p, cfg, 120000, &err))
-        fail_msg("create: %s", err.msg);
-    for (int s = 0; s < STEPS; s++) {
-        train_step_stats st;
-        if (ptrain_local_step(p, &st, &err) != 0)
-            fail_msg("step %d: %s", s + 1, err.msg);
-        o->loss[s] = st.loss;
-        o->grad_norm[s] = st.grad_norm;
-    }
-    if (model_create(&o->full, &cfg->model, cfg->train.seed, &err))
+    if (ptrun_train(cfg, STEPS, 120000, o->loss, o->grad_norm, &o->full, &err))
         fail_msg("%s", err.msg);
-    memset(model_params(o->full), 0, model_param_count(o->full) * sizeof(float));
-    if (ptrain_local_gather(p, o->full, &err))
-        fail_msg("gather: %s", err.msg);
-    ptrain_local_free(p);
 }
 
 /* The k rows of a qkv bias, which the comparison skips: their exact gradient is zero

@@ -20,7 +20,8 @@
 #include <cmocka.h>
 
 #include "model/model.h"
-#include "parallel/ptrain_local.h"
+#include "support/ptrun.h"
+#include "support/runcfg.h"
 #include "support/testutil.h"
 #include "train.h"
 
@@ -50,41 +51,19 @@ typedef struct {
 /* One run of kv (plus the seed and the overlap switch); fills o. */
 static void run(const char *const *kv, int n, uint64_t seed, int overlap, run_out *o)
 {
-    config_override ovr[MAX_KV];
-    char keys[MAX_KV][64], seed_s[32];
+    runcfg_list l;
     assert_true(n + 2 <= MAX_KV);
-    for (int i = 0; i < n; i++) {
-        const char *eq = strchr(kv[i], '=');
-        assert_non_null(eq);
-        snprintf(keys[i], sizeof keys[i], "%.*s", (int)(eq - kv[i]), kv[i]);
-        ovr[i].key = keys[i];
-        ovr[i].value = eq + 1;
-    }
-    snprintf(seed_s, sizeof seed_s, "%llu", (unsigned long long)(seed % 1000000));
-    ovr[n] = (config_override){ .key = "train.seed", .value = seed_s };
-    ovr[n + 1] = (config_override){ .key = "parallel.a2a_overlap",
-                                    .value = overlap ? "true" : "false" };
+    runcfg_init(&l);
+    runcfg_add_kv(&l, kv, n);
+    runcfg_add_seed(&l, seed % 1000000);
+    runcfg_add(&l, "parallel.a2a_overlap", overlap ? "true" : "false");
     run_config *cfg = calloc(1, sizeof *cfg);
     assert_non_null(cfg);
     hearth_err err = { { 0 } };
-    if (run_config_parse(cfg, "test.yaml", base_yaml, ovr, n + 2, 0, &err))
+    if (runcfg_parse(cfg, base_yaml, &l, 0, &err))
         fail_msg("config: %s", err.msg);
-    ptrain_local *p = NULL;
-    if (ptrain_local_create(&p, cfg, 120000, &err))
-        fail_msg("create: %s", err.msg);
-    for (int s = 0; s < STEPS; s++) {
-        train_step_stats st;
-        if (ptrain_local_step(p, &st, &err))
-            fail_msg("overlap %d, step %d: %s", overlap, s + 1, err.msg);
-        o->loss[s] = st.loss;
-        o->grad_norm[s] = st.grad_norm;
-    }
-    if (model_create(&o->full, &cfg->model, cfg->train.seed, &err))
-        fail_msg("%s", err.msg);
-    memset(model_params(o->full), 0, model_param_count(o->full) * sizeof(float));
-    if (ptrain_local_gather(p, o->full, &err))
-        fail_msg("gather: %s", err.msg);
-    ptrain_local_free(p);
+    if (ptrun_train(cfg, STEPS, 120000, o->loss, o->grad_norm, &o->full, &err))
+        fail_msg("overlap %d: %s", overlap, err.msg);
     free(cfg);
 }
 

@@ -12,12 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "data_synth.h"
+#include "support/runcfg.h"
+#include "support/testutil.h"
 #include "train.h"
 
 static uint64_t g_seed;
@@ -25,10 +25,7 @@ static uint64_t g_seed;
 static int setup_seed(void **state)
 {
     (void)state;
-    const char *env = getenv("HEARTH_TEST_SEED");
-    g_seed = env ? strtoull(env, NULL, 0)
-                 : ((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16)) % 1000000007ULL;
-    print_message("# HEARTH_TEST_SEED=%llu\n", (unsigned long long)g_seed);
+    g_seed = tu_rng_fresh_noted().seed;
     return 0;
 }
 
@@ -57,21 +54,12 @@ static const char *base_yaml =
 /* Parses base_yaml with KEY=VALUE overrides (NULL-terminated) and train.seed = seed. */
 static void make_config(run_config *c, uint64_t seed, const char *const *kv)
 {
-    config_override ovr[16];
-    char keys[16][64], seed_text[32];
-    int n = 0;
-    snprintf(seed_text, sizeof seed_text, "%llu", (unsigned long long)seed);
-    ovr[n].key = "train.seed";
-    ovr[n++].value = seed_text;
-    for (; kv && *kv && n < 16; kv++, n++) {
-        const char *eq = strchr(*kv, '=');
-        assert_non_null(eq);
-        snprintf(keys[n], sizeof keys[n], "%.*s", (int)(eq - *kv), *kv);
-        ovr[n].key = keys[n];
-        ovr[n].value = eq + 1;
-    }
+    runcfg_list l;
+    runcfg_init(&l);
+    runcfg_add_seed(&l, seed);
+    runcfg_add_kv(&l, kv, -1);
     hearth_err err = { { 0 } };
-    if (run_config_parse(c, "test.yaml", base_yaml, ovr, n, 1, &err))
+    if (runcfg_parse(c, base_yaml, &l, 1, &err))
         fail_msg("config: %s", err.msg);
 }
 

@@ -173,6 +173,23 @@ $(BUILD)/tests/gpu/test_step_gpu: CUDA_LDLIBS = $(LIB_GPU_STEP) $(LIB_CUDA) $(LI
 $(BUILD)/bench/bench_step_gpu: $(LIB_GPU_STEP)
 $(BUILD)/bench/bench_step_gpu: CUDA_LDLIBS = $(LIB_GPU_STEP) $(LIB_CUDA) $(LIB_KERNELS) -lcublasLt -lgomp -lm
 
+# The nccl communicator (trainer/comm/*.cu -> libhearth_comm_nccl.a), built only with nvcc
+# and linked only by its own test: never part of libhearth_comm.a or hearth-train, so that
+# a machine without libnccl runs the CPU trainer.  Where nccl.h is missing the test is
+# built as a skip.
+NCCL_H := $(firstword $(wildcard $(dir $(NVCC))../include/nccl.h /usr/local/cuda/include/nccl.h /usr/include/nccl.h))
+COMM_NCCL_SRC := $(wildcard trainer/comm/*.cu)
+LIB_COMM_NCCL := $(BUILD)/lib/libhearth_comm_nccl.a
+$(LIB_COMM_NCCL): $(patsubst %.cu,$(BUILD)/obj/%.o,$(COMM_NCCL_SRC)) ; $(archive)
+$(BUILD)/obj/trainer/comm/comm_nccl.o $(BUILD)/obj/tests/gpu/test_comm_nccl_gpu.o: NVCCFLAGS += -Itrainer
+ifneq ($(NCCL_H),)
+$(BUILD)/tests/gpu/test_comm_nccl_gpu: $(LIB_COMM_NCCL) $(LIB_COMM) $(LIB_SHAPE_CORE)
+$(BUILD)/tests/gpu/test_comm_nccl_gpu: CUDA_LDLIBS = $(LIB_COMM_NCCL) $(LIB_COMM) $(LIB_SHAPE_CORE) \
+	-lnccl -lgomp -lm -lpthread
+else
+$(BUILD)/obj/tests/gpu/test_comm_nccl_gpu.o: NVCCFLAGS += -DHEARTH_NO_NCCL
+endif
+
 # Every test: unit binaries and CLI scripts, one summary line at the end.
 # The Slurm tests (tests/cli/hearth_slurm_*.sh) need a cluster: `test` starts a throw-away
 # one (contrib/slurm-local, root needed) before the tests and stops it after, whatever

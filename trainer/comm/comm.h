@@ -1,7 +1,7 @@
 /* comm.h - the communicator API (DESIGN.md "Trainer internals"): collectives and
  * point-to-point messages over groups of ranks, behind one interface with several
- * backends.  Today: `local` (N ranks as threads of one process, host buffers).  NCCL
- * comes later behind the same functions.
+ * backends: `local` (N ranks as threads of one process, host buffers) and `nccl` (one
+ * process per GPU, device buffers; see "the nccl backend" below for how it differs).
  *
  * Objects and ownership
  *   comm_world  the shared state of one job on the local backend.  Created once (by the
@@ -93,6 +93,30 @@ void comm_local_world_abort(comm_world *w);
 /* Frees the world and every group's shared state.  Only after every rank's thread has
  * finished using its handles (freeing the handles may come before or after). */
 void comm_local_world_free(comm_world *w);
+
+/* ---- the nccl backend (trainer/comm/comm_nccl.h) ---------------------------------
+ * One process per GPU; comm_nccl_world_create joins the world (rank 0's NCCL unique id
+ * reaches everyone through the bootstrap's blob all-gather) and sets NCCL_NVLS_ENABLE=0
+ * unless it is set.  Built only where nvcc exists, into libhearth_comm_nccl.a (not this
+ * library).  Differences from the semantics above:
+ *   - Buffers are DEVICE pointers on the handle's device.  Each handle owns one NCCL
+ *     communicator and one CUDA stream; every call returns after its work completed on
+ *     that stream (cudaStreamSynchronize), so the blocking contract above holds.
+ *   - The backend trusts its callers: mismatched arguments across ranks are NOT detected
+ *     (NCCL cannot check them cheaply); they give wrong results, an NCCL error or a hang.
+ *     There is no timeout either (a missing rank blocks the others).
+ *   - Reductions are NCCL's: the order of a sum over more than two ranks depends on
+ *     NCCL's algorithm (results agree across ranks but not bitwise with the local
+ *     backend), and max follows NCCL's NaN handling, which need not propagate NaN.
+ *   - send is not buffered: it waits until the peer posts the matching recv, so a ring
+ *     where every rank sends first deadlocks, and send/recv to oneself is refused with
+ *     HERR_RUNTIME.  Tags are not carried: messages between two ranks match in order.
+ *   - comm_group_create is called by the members only (as here): the first member makes
+ *     a unique id and sends it to the others over the world communicator, then every
+ *     member calls ncclCommInitRank (ncclCommSplit would need every rank of the parent).
+ *     Hence every member must create its groups in the same order (a member that does
+ *     not is detected by a digest of the list and fails, while the others may wait), and
+ *     a creation must not overlap an operation on the same rank's world handle. */
 
 /* ---- groups and handles ---------------------------------------------------------- */
 /* See "Groups" above.  `ranks` are world ranks, distinct, in range, and must include the

@@ -1,7 +1,5 @@
 /* bench_attention_gpu.cu - flash attention (kcuda_attention_*_bf16) against a naive GPU
- * baseline on decoder-like and encoder-like shapes, next to the first flash attention
- * implementation (kcuda_attention_v1_*_bf16, column "v1 ms"; "x v1" is its time over
- * ours).  Prints one table.
+ * baseline on decoder-like and encoder-like shapes.  Prints one table.
  *
  * Naive baseline: one block per (query token, head) that materialises the whole score row
  * of that query in shared memory (fp32, CUDA cores, no tiling: every query re-reads all of
@@ -12,10 +10,9 @@
  * FLOPs: forward 4 * sum(L^2) * D * Hq (halved when causal), backward 2.5 x forward.
  * Inputs are random (never zeros), 2 warm-up calls, the median of REPS timed calls
  * (events).  Usage: bench_attention_gpu */
-#include "tests/gpu/gpu_util.h"
+#include "contrib/bench/bench_gpu_util.h"
 
 #include <cuda_bf16.h>
-#include <time.h>
 
 #define REPS 10
 #define NAIVE_REPS 3
@@ -34,18 +31,6 @@ static const struct shape shapes[] = {
     {"encoder full1024", 4, 1024, 16, 16, 80, 0},
     {"gpt2 B8 T1024", 8, 1024, 12, 12, 64, 1},
 };
-
-__global__ void fill_kernel(bf *x, size_t n, uint64_t seed, float amp)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n)
-        return;
-    uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-    h ^= h >> 31;
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 29;
-    x[i] = __float2bfloat16_rn(((float)(h >> 40) / 16777216.0f * 2.0f - 1.0f) * amp);
-}
 
 /* ---- naive baseline ----------------------------------------------------------------- */
 
@@ -204,13 +189,7 @@ struct bufs {
     int *cu;
 };
 
-static int cmp_float(const void *a, const void *b)
-{
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-enum { OURS_FWD, OURS_BWD, V1_FWD, V1_BWD, NAIVE_FWD, NAIVE_BWD, NKINDS };
+enum { OURS_FWD, OURS_BWD, NAIVE_FWD, NAIVE_BWD, NKINDS };
 
 static int call(kcuda_ctx *kc, int kind, const struct shape *s, struct bufs *b, bf *out,
                 float *lse, bf *dq, bf *dk, bf *dv)
@@ -225,16 +204,6 @@ static int call(kcuda_ctx *kc, int kind, const struct shape *s, struct bufs *b, 
                                             s->nseq, s->len, s->Hq, s->Hkv, s->D, s->causal);
     case OURS_BWD:
         return kcuda_attention_backward_bf16(
-            kc, (kcuda_bf16 *)dq, (kcuda_bf16 *)dk, (kcuda_bf16 *)dv, (kcuda_bf16 *)b->dout,
-            (kcuda_bf16 *)b->q, (kcuda_bf16 *)b->k, (kcuda_bf16 *)b->v, (kcuda_bf16 *)b->out,
-            b->lse, b->cu, s->nseq, s->len, s->Hq, s->Hkv, s->D, s->causal);
-    case V1_FWD:
-        return kcuda_attention_v1_forward_bf16(kc, (kcuda_bf16 *)out, lse, (kcuda_bf16 *)b->q,
-                                               (kcuda_bf16 *)b->k, (kcuda_bf16 *)b->v, b->cu,
-                                               s->nseq, s->len, s->Hq, s->Hkv, s->D,
-                                               s->causal);
-    case V1_BWD:
-        return kcuda_attention_v1_backward_bf16(
             kc, (kcuda_bf16 *)dq, (kcuda_bf16 *)dk, (kcuda_bf16 *)dv, (kcuda_bf16 *)b->dout,
             (kcuda_bf16 *)b->q, (kcuda_bf16 *)b->k, (kcuda_bf16 *)b->v, (kcuda_bf16 *)b->out,
             b->lse, b->cu, s->nseq, s->len, s->Hq, s->Hkv, s->D, s->causal);
@@ -257,28 +226,12 @@ static int call(kcuda_ctx *kc, int kind, const struct shape *s, struct bufs *b, 
 /* Median milliseconds of `reps` calls, or -1 on error. */
 static float time_call(kcuda_ctx *kc, int kind, const struct shape *s, struct bufs *b, int reps)
 {
-    cudaEvent_t e0, e1;
-    float ms[REPS];
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
     int naive = kind >= NAIVE_FWD;
-    for (int r = -2; r < reps; r++) {
-        cudaEventRecord(e0, 0);
-        int rc = call(kc, kind, s, b, naive ? b->out2 : b->out, naive ? b->lse2 : b->lse,
-                      naive ? b->dq2 : b->dq, naive ? b->dk2 : b->dk, naive ? b->dv2 : b->dv);
-        cudaEventRecord(e1, 0);
-        if (rc < 0 || gu_ck(cudaEventSynchronize(e1), "attention")) {
-            if (rc < 0 && kind < NAIVE_FWD)
-                printf("# %s: %s\n", s->name, kcuda_ctx_errmsg(kc));
-            return -1;
-        }
-        if (r >= 0)
-            cudaEventElapsedTime(&ms[r], e0, e1);
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    qsort(ms, reps, sizeof ms[0], cmp_float);
-    return ms[reps / 2];
+    /* the naive kernels are plain launches: no context message to print */
+    return bg_median_ms(naive ? NULL : kc, s->name, 2, reps, [&]() {
+        return call(kc, kind, s, b, naive ? b->out2 : b->out, naive ? b->lse2 : b->lse,
+                    naive ? b->dq2 : b->dq, naive ? b->dk2 : b->dk, naive ? b->dv2 : b->dv);
+    });
 }
 
 static double rel_dev(const void *a, const void *b, size_t n)
@@ -313,29 +266,19 @@ static double compare(kcuda_ctx *kc, const struct shape *s, struct bufs *b)
 
 int main(void)
 {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("bench_attention_gpu: no CUDA device\n");
-        return 0;
-    }
     cudaDeviceProp prop;
-    cudaGetDeviceProperties(&prop, 0);
     kcuda_ctx *kc = NULL;
-    char err[256];
-    if (kcuda_ctx_create(&kc, NULL, 0, err, sizeof err) < 0) {
-        printf("%s\n", err);
-        return 1;
-    }
-    uint64_t seed = (uint64_t)time(NULL) | 1;
+    int opened = bg_open("bench_attention_gpu", &prop, &kc);
+    if (opened <= 0)
+        return opened < 0;
+    uint64_t seed = bg_seed();
     printf("# %s, %d SMs; flash attention (bf16, mma.sync) vs naive (fp32 score rows in "
            "shared memory); median of %d (naive %d); TFLOP/s: fwd 4*sum(L^2)*D*Hq (/2 causal), "
            "bwd 2.5x\n",
            prop.name, prop.multiProcessorCount, REPS, NAIVE_REPS);
-    printf("%-20s %5s %5s %3s %3s %3s %1s | %8s %6s %8s %5s %8s %6s %5s | %8s %6s %8s %5s "
-           "%8s %6s %5s | %8s\n",
-           "shape", "nseq", "len", "Hq", "Hkv", "D", "c", "fwd ms", "TF/s", "v1 ms", "x v1",
-           "naive ms", "TF/s", "x", "bwd ms", "TF/s", "v1 ms", "x v1", "naive ms", "TF/s", "x",
-           "max diff");
+    printf("%-20s %5s %5s %3s %3s %3s %1s | %8s %6s %8s %6s %5s | %8s %6s %8s %6s %5s | %8s\n",
+           "shape", "nseq", "len", "Hq", "Hkv", "D", "c", "fwd ms", "TF/s", "naive ms", "TF/s",
+           "x", "bwd ms", "TF/s", "naive ms", "TF/s", "x", "max diff");
     int status = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const struct shape *s = &shapes[si];
@@ -358,32 +301,29 @@ int main(void)
             cu[i] = i * s->len;
         cudaMemcpy(b.cu, cu, (s->nseq + 1) * sizeof(int), cudaMemcpyHostToDevice);
         free(cu);
-        fill_kernel<<<(unsigned)((nq + 255) / 256), 256>>>(b.q, nq, seed++, 2.0f);
-        fill_kernel<<<(unsigned)((nk + 255) / 256), 256>>>(b.k, nk, seed++, 2.0f);
-        fill_kernel<<<(unsigned)((nk + 255) / 256), 256>>>(b.v, nk, seed++, 1.0f);
-        fill_kernel<<<(unsigned)((nq + 255) / 256), 256>>>(b.dout, nq, seed++, 1.0f);
+        bg_fill_bf16(b.q, nq, seed++, -2.0f, 2.0f);
+        bg_fill_bf16(b.k, nk, seed++, -2.0f, 2.0f);
+        bg_fill_bf16(b.v, nk, seed++, -1.0f, 1.0f);
+        bg_fill_bf16(b.dout, nq, seed++, -1.0f, 1.0f);
         bf *gz[] = {b.dq, b.dk, b.dv, b.dq2, b.dk2, b.dv2};
         size_t gn[] = {nq, nk, nk, nq, nk, nk};
         for (int i = 0; i < 6; i++)
             cudaMemset(gz[i], 0, gn[i] * 2);
         /* the backward reads out and lse of our forward */
         float t[NKINDS];
-        t[V1_FWD] = time_call(kc, V1_FWD, s, &b, REPS);
         t[OURS_FWD] = time_call(kc, OURS_FWD, s, &b, REPS);
         t[NAIVE_FWD] = time_call(kc, NAIVE_FWD, s, &b, NAIVE_REPS);
-        t[V1_BWD] = time_call(kc, V1_BWD, s, &b, REPS);
         t[OURS_BWD] = time_call(kc, OURS_BWD, s, &b, REPS);
         t[NAIVE_BWD] = time_call(kc, NAIVE_BWD, s, &b, NAIVE_REPS);
         double diff = compare(kc, s, &b);
         double fl = 4.0 * s->nseq * (double)s->len * s->len * s->D * s->Hq *
                     (s->causal ? 0.5 : 1.0);
-        printf("%-20s %5d %5d %3d %3d %3d %1d | %8.3f %6.1f %8.3f %5.2f %8.3f %6.1f %5.1f | "
-               "%8.3f %6.1f %8.3f %5.2f %8.3f %6.1f %5.1f | %8.1e\n",
+        printf("%-20s %5d %5d %3d %3d %3d %1d | %8.3f %6.1f %8.3f %6.1f %5.1f | "
+               "%8.3f %6.1f %8.3f %6.1f %5.1f | %8.1e\n",
                s->name, s->nseq, s->len, s->Hq, s->Hkv, s->D, s->causal, t[OURS_FWD],
-               fl / t[OURS_FWD] * 1e-9, t[V1_FWD], t[V1_FWD] / t[OURS_FWD], t[NAIVE_FWD],
-               fl / t[NAIVE_FWD] * 1e-9, t[NAIVE_FWD] / t[OURS_FWD], t[OURS_BWD],
-               2.5 * fl / t[OURS_BWD] * 1e-9, t[V1_BWD], t[V1_BWD] / t[OURS_BWD], t[NAIVE_BWD],
-               2.5 * fl / t[NAIVE_BWD] * 1e-9, t[NAIVE_BWD] / t[OURS_BWD], diff);
+               fl / t[OURS_FWD] * 1e-9, t[NAIVE_FWD], fl / t[NAIVE_FWD] * 1e-9,
+               t[NAIVE_FWD] / t[OURS_FWD], t[OURS_BWD], 2.5 * fl / t[OURS_BWD] * 1e-9,
+               t[NAIVE_BWD], 2.5 * fl / t[NAIVE_BWD] * 1e-9, t[NAIVE_BWD] / t[OURS_BWD], diff);
         for (int i = 0; i < NKINDS; i++)
             if (t[i] < 0)
                 status = 1;

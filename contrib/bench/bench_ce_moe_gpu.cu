@@ -15,24 +15,11 @@
  *   compared with one dense GEMM chain of the same total rows (R=N*K) and FLOPs, the
  *   best a grouped GEMM could do.
  * Each timing is the median of REPS runs after 3 warm-ups, with events on the stream. */
-#include "tests/gpu/gpu_util.h"
+#include "contrib/bench/bench_gpu_util.h"
 
 #include <cuda_bf16.h>
-#include <time.h>
 
 #define REPS 10
-
-__global__ void fill_bf16(__nv_bfloat16 *x, size_t n, uint64_t seed, float lo, float hi)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n)
-        return;
-    uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-    h ^= h >> 31;
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 29;
-    x[i] = __float2bfloat16_rn(lo + (hi - lo) * (float)(h >> 40) / 16777216.0f);
-}
 
 __global__ void widen(float *y, const __nv_bfloat16 *x, size_t n)
 {
@@ -52,35 +39,13 @@ static unsigned blocks(size_t n) { return (unsigned)((n + 255) / 256); }
 
 static void fill(kcuda_bf16 *x, size_t n, uint64_t *seed, float lo, float hi)
 {
-    fill_bf16<<<blocks(n), 256>>>((__nv_bfloat16 *)x, n, (*seed)++, lo, hi);
-}
-
-static int cmp_float(const void *a, const void *b)
-{
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
+    bg_fill_bf16(x, n, (*seed)++, lo, hi);
 }
 
 /* Median ms of fn(arg) over REPS runs; -1 on error. */
 static float timeit(int (*fn)(void *), void *arg)
 {
-    cudaEvent_t e0, e1;
-    float ms[REPS];
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    for (int r = -3; r < REPS; r++) {
-        cudaEventRecord(e0, 0);
-        int rc = fn(arg);
-        cudaEventRecord(e1, 0);
-        if (rc < 0 || gu_ck(cudaEventSynchronize(e1), "bench"))
-            return -1;
-        if (r >= 0)
-            cudaEventElapsedTime(&ms[r], e0, e1);
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    qsort(ms, REPS, sizeof ms[0], cmp_float);
-    return ms[REPS / 2];
+    return bg_median_ms(NULL, "bench", 3, REPS, [&]() { return fn(arg); });
 }
 
 /* ---- cross-entropy ----------------------------------------------------------------- */
@@ -354,20 +319,12 @@ static int bench_moe(kcuda_ctx *k, uint64_t *seed)
 
 int main(void)
 {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("bench_ce_moe_gpu: no CUDA device\n");
-        return 0;
-    }
     cudaDeviceProp prop;
-    cudaGetDeviceProperties(&prop, 0);
     kcuda_ctx *k = NULL;
-    char err[256];
-    if (kcuda_ctx_create(&k, NULL, 0, err, sizeof err) < 0) {
-        printf("%s\n", err);
-        return 1;
-    }
-    uint64_t seed = (uint64_t)time(NULL) | 1;
+    int opened = bg_open("bench_ce_moe_gpu", &prop, &k);
+    if (opened <= 0)
+        return opened < 0;
+    uint64_t seed = bg_seed();
     printf("# %s, %d SMs; median of %d runs after 3 warm-ups\n", prop.name,
            prop.multiProcessorCount, REPS);
     int rc = bench_ce(k, &seed);

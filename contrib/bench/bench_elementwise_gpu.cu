@@ -8,39 +8,14 @@
  * (what the memory system gives a plain copy), or for the fused/multi-tensor kernels the
  * unfused composition they replace.
  * Inputs are random (hash fill), 3 warm-up calls, REPS timed calls, median reported. */
-#include "tests/gpu/gpu_util.h"
+#include "contrib/bench/bench_gpu_util.h"
 
 #include <cuda_bf16.h>
-#include <time.h>
 
 #define REPS 20
 #define HBM_PEAK_GBS 4800.0
 
 typedef kcuda_bf16 bf;
-
-__global__ void fill_bf16(__nv_bfloat16 *x, size_t n, uint64_t seed, float lo, float hi)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n)
-        return;
-    uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-    h ^= h >> 31;
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 29;
-    x[i] = __float2bfloat16_rn(lo + (hi - lo) * (float)(h >> 40) / 16777216.0f);
-}
-
-__global__ void fill_f32(float *x, size_t n, uint64_t seed, float lo, float hi)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n)
-        return;
-    uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-    h ^= h >> 31;
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 29;
-    x[i] = lo + (hi - lo) * (float)(h >> 40) / 16777216.0f;
-}
 
 /* The unfused baseline of the residual norms: a plain add, then the norm. */
 __global__ void add_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *a, const __nv_bfloat16 *b,
@@ -58,7 +33,7 @@ static bf *rbf(size_t n, float lo, float hi)
     bf *d = NULL;
     if (gu_ck(cudaMalloc((void **)&d, n * 2), "cudaMalloc"))
         return NULL;
-    fill_bf16<<<(unsigned)((n + 255) / 256), 256>>>((__nv_bfloat16 *)d, n, g_seed++, lo, hi);
+    bg_fill_bf16(d, n, g_seed++, lo, hi);
     return d;
 }
 
@@ -67,41 +42,15 @@ static float *rf32(size_t n, float lo, float hi)
     float *d = NULL;
     if (gu_ck(cudaMalloc((void **)&d, n * 4), "cudaMalloc"))
         return NULL;
-    fill_f32<<<(unsigned)((n + 255) / 256), 256>>>(d, n, g_seed++, lo, hi);
+    bg_fill_f32(d, n, g_seed++, lo, hi);
     return d;
-}
-
-static int cmp_float(const void *a, const void *b)
-{
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
 }
 
 /* Median milliseconds of f() (which returns a kcuda code), or -1 on an error. */
 template <typename F>
 static float time_ms(kcuda_ctx *k, const char *what, F f)
 {
-    cudaEvent_t e0, e1;
-    float ms[REPS];
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    for (int r = -3; r < REPS; r++) {
-        cudaEventRecord(e0, 0);
-        int rc = f();
-        cudaEventRecord(e1, 0);
-        if (rc < 0) {
-            printf("# %s: %s\n", what, kcuda_ctx_errmsg(k));
-            return -1;
-        }
-        if (gu_ck(cudaEventSynchronize(e1), what))
-            return -1;
-        if (r >= 0)
-            cudaEventElapsedTime(&ms[r], e0, e1);
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    qsort(ms, REPS, sizeof ms[0], cmp_float);
-    return ms[REPS / 2];
+    return bg_median_ms(k, what, 3, REPS, f);
 }
 
 static void *g_copy_a, *g_copy_b; /* scratch of the copy baseline, 2 x max bytes / 2 */
@@ -135,20 +84,12 @@ static void row(const char *name, const char *shape, double bytes, float ms, con
 
 int main(void)
 {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("bench_elementwise_gpu: no CUDA device\n");
-        return 0;
-    }
     cudaDeviceProp prop;
-    cudaGetDeviceProperties(&prop, 0);
     kcuda_ctx *k = NULL;
-    char err[256];
-    if (kcuda_ctx_create(&k, NULL, 0, err, sizeof err) < 0) {
-        printf("%s\n", err);
-        return 1;
-    }
-    g_seed = (uint64_t)time(NULL) | 1;
+    int opened = bg_open("bench_elementwise_gpu", &prop, &k);
+    if (opened <= 0)
+        return opened < 0;
+    g_seed = bg_seed();
     const int N = 4096, C = 2048, H = 16, D = 128, F = 8192, V = 151936;
     const size_t nc = (size_t)N * C, nf = (size_t)N * F;
     const double shard = 3.7e9 / 16;

@@ -11,11 +11,10 @@
 extern "C" {
 #include "kernels.h"
 }
-#include "tests/gpu/gpu_util.h"
+#include "contrib/bench/bench_gpu_util.h"
 
 #include <cuda_bf16.h>
 #include <omp.h>
-#include <time.h>
 
 #define REPS 20
 #define CPU_M 256
@@ -36,56 +35,18 @@ static const struct shape shapes[] = {
     {"square 8192", 8192, 8192, 8192},
 };
 
-__global__ void fill_kernel(__nv_bfloat16 *x, size_t n, uint64_t seed)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n)
-        return;
-    uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-    h ^= h >> 31;
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 29;
-    x[i] = __float2bfloat16_rn((float)(h >> 40) / 16777216.0f * 2.0f - 1.0f);
-}
-
-static int cmp_float(const void *a, const void *b)
-{
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
 enum { FWD, DINP, DW };
 
 /* Median milliseconds of one kind of call, or -1 on error. */
 static float time_gemm(kcuda_ctx *k, int kind, const struct shape *s, kcuda_bf16 *a,
                        kcuda_bf16 *w, kcuda_bf16 *o, kcuda_bf16 *da, kcuda_bf16 *dw)
 {
-    cudaEvent_t e0, e1;
-    float ms[REPS];
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    for (int r = -3; r < REPS; r++) {
-        int rc;
-        cudaEventRecord(e0, 0);
+    return bg_median_ms(k, s->name, 3, REPS, [&]() {
         if (kind == FWD)
-            rc = kcuda_matmul_forward_bf16(k, o, a, w, NULL, s->M, s->K, s->N);
-        else
-            rc = kcuda_matmul_backward_bf16(k, kind == DINP ? da : NULL, kind == DW ? dw : NULL,
-                                            NULL, o, a, w, s->M, s->K, s->N);
-        cudaEventRecord(e1, 0);
-        if (rc < 0) {
-            printf("# %s: %s\n", s->name, kcuda_ctx_errmsg(k));
-            return -1;
-        }
-        if (gu_ck(cudaEventSynchronize(e1), "gemm"))
-            return -1;
-        if (r >= 0)
-            cudaEventElapsedTime(&ms[r], e0, e1);
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    qsort(ms, REPS, sizeof ms[0], cmp_float);
-    return ms[REPS / 2];
+            return kcuda_matmul_forward_bf16(k, o, a, w, NULL, s->M, s->K, s->N);
+        return kcuda_matmul_backward_bf16(k, kind == DINP ? da : NULL, kind == DW ? dw : NULL,
+                                          NULL, o, a, w, s->M, s->K, s->N);
+    });
 }
 
 static double now_s(void)
@@ -114,20 +75,13 @@ static double cpu_gflops(const struct shape *s, uint64_t *rng)
 
 int main(int argc, char **argv)
 {
-    int with_cpu = !(argc > 1 && strcmp(argv[1], "--no-cpu") == 0), ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("bench_gemm_gpu: no CUDA device\n");
-        return 0;
-    }
+    int with_cpu = !(argc > 1 && strcmp(argv[1], "--no-cpu") == 0);
     cudaDeviceProp prop;
-    cudaGetDeviceProperties(&prop, 0);
     kcuda_ctx *k = NULL;
-    char err[256];
-    if (kcuda_ctx_create(&k, NULL, 0, err, sizeof err) < 0) {
-        printf("%s\n", err);
-        return 1;
-    }
-    uint64_t rng = (uint64_t)time(NULL) | 1;
+    int opened = bg_open("bench_gemm_gpu", &prop, &k);
+    if (opened <= 0)
+        return opened < 0;
+    uint64_t rng = bg_seed();
     printf("# %s, %d SMs; bf16 GEMM via cuBLASLt (fp32 accumulate), median of %d; "
            "CPU: kcpu_matmul_forward fp32, %d threads, M<=%d\n",
            prop.name, prop.multiProcessorCount, REPS, omp_get_max_threads(), CPU_M);
@@ -142,9 +96,9 @@ int main(int argc, char **argv)
             gu_ck(cudaMalloc(&o, no * 2), "o") || gu_ck(cudaMalloc(&da, na * 2), "da") ||
             gu_ck(cudaMalloc(&dw, nw * 2), "dw"))
             return 1;
-        fill_kernel<<<(unsigned)((na + 255) / 256), 256>>>((__nv_bfloat16 *)a, na, rng++);
-        fill_kernel<<<(unsigned)((nw + 255) / 256), 256>>>((__nv_bfloat16 *)w, nw, rng++);
-        fill_kernel<<<(unsigned)((no + 255) / 256), 256>>>((__nv_bfloat16 *)o, no, rng++);
+        bg_fill_bf16(a, na, rng++, -1.0f, 1.0f);
+        bg_fill_bf16(w, nw, rng++, -1.0f, 1.0f);
+        bg_fill_bf16(o, no, rng++, -1.0f, 1.0f);
         /* small gradients so that 23 accumulations stay finite */
         cudaMemset(da, 0, na * 2);
         cudaMemset(dw, 0, nw * 2);

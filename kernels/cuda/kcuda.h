@@ -351,18 +351,6 @@ int kcuda_attention_backward_bf16(kcuda_ctx *ctx, kcuda_bf16 *dq, kcuda_bf16 *dk
                                   const kcuda_bf16 *out, const float *lse,
                                   const int *cu_seqlens, int nseq, int max_seqlen, int Hq,
                                   int Hkv, int D, int causal);
-/* The first implementation of the two above (attention_v1.cu), same arguments and
- * contract; kept as a baseline that the benchmark times side by side. */
-int kcuda_attention_v1_forward_bf16(kcuda_ctx *ctx, kcuda_bf16 *out, float *lse,
-                                    const kcuda_bf16 *q, const kcuda_bf16 *k,
-                                    const kcuda_bf16 *v, const int *cu_seqlens, int nseq,
-                                    int max_seqlen, int Hq, int Hkv, int D, int causal);
-int kcuda_attention_v1_backward_bf16(kcuda_ctx *ctx, kcuda_bf16 *dq, kcuda_bf16 *dk,
-                                     kcuda_bf16 *dv, const kcuda_bf16 *dout,
-                                     const kcuda_bf16 *q, const kcuda_bf16 *k,
-                                     const kcuda_bf16 *v, const kcuda_bf16 *out,
-                                     const float *lse, const int *cu_seqlens, int nseq,
-                                     int max_seqlen, int Hq, int Hkv, int D, int causal);
 
 /* ---- matmul: fp32 weight gradients ------------------------------------------------
  * kcuda_matmul_backward_bf16 for training with fp32 gradient accumulation: dweight [N,K]

@@ -10,10 +10,7 @@
 extern "C" {
 #include "kernels.h"
 }
-#include "tests/gpu/gpu_util.h"
-
-#include <stdarg.h>
-#include <time.h>
+#include "tests/gpu/gpu_tap.h"
 
 #define TOL_BF16 1e-2
 #define TOL_F32 1e-5
@@ -25,65 +22,12 @@ struct tctx {
     char note[768];
 };
 
-/* Allocations of one test, freed together. */
-struct pool {
-    void *dev[96];
-    int nd;
-    void *host[96];
-    int nh;
-};
-
-static void *pd(struct pool *p, void *d)
-{
-    if (d && p->nd < 96)
-        p->dev[p->nd++] = d;
-    return d;
-}
-
-static void *ph(struct pool *p, void *h)
-{
-    if (h && p->nh < 96)
-        p->host[p->nh++] = h;
-    return h;
-}
-
-static void pool_free(struct pool *p)
-{
-    for (int i = 0; i < p->nd; i++)
-        cudaFree(p->dev[i]);
-    for (int i = 0; i < p->nh; i++)
-        free(p->host[i]);
-    p->nd = p->nh = 0;
-}
-
-static float *hcopy(struct pool *p, const float *h, size_t n)
-{
-    float *c = (float *)ph(p, malloc(n * sizeof *c));
-    memcpy(c, h, n * sizeof *c);
-    return c;
-}
-
-static float *hzeros(struct pool *p, size_t n)
-{
-    return (float *)ph(p, calloc(n ? n : 1, sizeof(float)));
-}
-
-static void note(struct tctx *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void note(struct tctx *t, const char *fmt, ...)
-{
-    size_t len = strlen(t->note);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(t->note + len, sizeof t->note - len, fmt, ap);
-    va_end(ap);
-}
-
 /* Relative L2 of a host result against the reference; 0 = pass. */
 static int cmp_host(struct tctx *t, const char *what, const float *got, const float *ref,
                     size_t n, double tol)
 {
     double err = gu_rel_l2(got, ref, n);
-    note(t, " %s=%.2e", what, err);
+    gu_note(t, " %s=%.2e", what, err);
     if (!(err <= tol)) {
         printf("# %s: relative L2 %.3e > %.0e\n", what, err, tol);
         return 1;
@@ -105,39 +49,14 @@ static int check(struct tctx *t, const char *what, const void *dev, const float 
     return f;
 }
 
-static int rc_ok(struct tctx *t, int rc, const char *what)
+static int *ipoisoned(struct gu_pool *p, size_t n)
 {
-    if (rc < 0) {
-        printf("# %s returned %d: %s\n", what, rc, kcuda_ctx_errmsg(t->k));
-        return 0;
-    }
-    cudaError_t e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) {
-        printf("# %s: asynchronous error: %s\n", what, cudaGetErrorString(e));
-        return 0;
-    }
-    return 1;
+    return (int *)gu_pd(p, gu_poisoned(n, 0)); /* 0xffffffff = -1 */
 }
 
-static int *iupload(struct pool *p, const int *h, size_t n)
+static int *idownload(struct gu_pool *p, const int *d, size_t n)
 {
-    int *d = NULL;
-    if (gu_ck(cudaMalloc(&d, n * sizeof(int)), "cudaMalloc"))
-        return NULL;
-    pd(p, d);
-    if (gu_ck(cudaMemcpy(d, h, n * sizeof(int), cudaMemcpyHostToDevice), "upload int"))
-        return NULL;
-    return d;
-}
-
-static int *ipoisoned(struct pool *p, size_t n)
-{
-    return (int *)pd(p, gu_poisoned(n, 0)); /* 0xffffffff = -1 */
-}
-
-static int *idownload(struct pool *p, const int *d, size_t n)
-{
-    int *h = (int *)ph(p, malloc(n * sizeof(int)));
+    int *h = (int *)gu_ph(p, malloc(n * sizeof(int)));
     if (gu_ck(cudaDeviceSynchronize(), "sync") ||
         gu_ck(cudaMemcpy(h, d, n * sizeof(int), cudaMemcpyDeviceToHost), "download int"))
         return NULL;
@@ -169,6 +88,11 @@ static int same_bytes(const char *what, const void *a, const void *b, size_t byt
     free(x);
     free(y);
     return bad;
+}
+
+static int rc_ok(struct tctx *t, int rc, const char *what)
+{
+    return gu_rc_ok(t->k, rc, what);
 }
 
 /* ---- cross-entropy -------------------------------------------------------------------- */
@@ -207,26 +131,26 @@ static int t_ce(struct tctx *t)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int N = shapes[s][0], V = shapes[s][1];
         size_t nv = (size_t)N * V;
-        struct pool p = {};
-        float *l = (float *)ph(&p, ce_logits(t, N, V));
-        float *dloss = (float *)ph(&p, gu_rand(&t->rng, N, 0.1f, 2, 0));
-        int *tg = (int *)ph(&p, ce_targets(t, N, V, 1));
-        float *rloss = hzeros(&p, N), *rlse = hzeros(&p, N), *rdl = hzeros(&p, nv);
+        struct gu_pool p = {};
+        float *l = (float *)gu_ph(&p, ce_logits(t, N, V));
+        float *dloss = (float *)gu_ph(&p, gu_rand(&t->rng, N, 0.1f, 2, 0));
+        int *tg = (int *)gu_ph(&p, ce_targets(t, N, V, 1));
+        float *rloss = gu_hzeros(&p, N), *rlse = gu_hzeros(&p, N), *rdl = gu_hzeros(&p, nv);
         kcpu_crossentropy_forward(rloss, l, tg, N, V, IGNORE);
         kcpu_crossentropy_backward(rdl, l, tg, dloss, N, V, IGNORE);
         for (int i = 0; i < N; i++)
             rlse[i] = (tg[i] >= 0 && tg[i] < V) ? rloss[i] + l[(size_t)i * V + tg[i]] : 0.0f;
         /* logits at an odd element offset as well: other row alignments */
-        kcuda_bf16 *d_lbuf = (kcuda_bf16 *)pd(&p, gu_poisoned(nv + 8, 1));
-        void *d_l = pd(&p, gu_upload(l, nv, 1));
-        void *d_dloss = pd(&p, gu_upload(dloss, N, 0));
-        int *d_tg = iupload(&p, tg, N);
-        float *d_loss = (float *)pd(&p, gu_poisoned(N, 0)), *d_lse = (float *)pd(&p, gu_poisoned(N, 0));
-        kcuda_bf16 *d_dl = (kcuda_bf16 *)pd(&p, gu_poisoned(nv, 1));
-        kcuda_bf16 *d_dl2 = (kcuda_bf16 *)pd(&p, gu_poisoned(nv + 8, 1));
+        kcuda_bf16 *d_lbuf = (kcuda_bf16 *)gu_pd(&p, gu_poisoned(nv + 8, 1));
+        void *d_l = gu_pd(&p, gu_upload(l, nv, 1));
+        void *d_dloss = gu_pd(&p, gu_upload(dloss, N, 0));
+        int *d_tg = gu_iupload(&p, tg, N);
+        float *d_loss = (float *)gu_pd(&p, gu_poisoned(N, 0)), *d_lse = (float *)gu_pd(&p, gu_poisoned(N, 0));
+        kcuda_bf16 *d_dl = (kcuda_bf16 *)gu_pd(&p, gu_poisoned(nv, 1));
+        kcuda_bf16 *d_dl2 = (kcuda_bf16 *)gu_pd(&p, gu_poisoned(nv + 8, 1));
         if (!d_lbuf || !d_l || !d_dloss || !d_tg || !d_loss || !d_lse || !d_dl || !d_dl2 ||
             gu_ck(cudaMemcpy(d_lbuf + 3, d_l, nv * 2, cudaMemcpyDeviceToDevice), "copy")) {
-            pool_free(&p);
+            gu_pool_free(&p);
             return 1;
         }
         const kcuda_bf16 *L = (const kcuda_bf16 *)d_l;
@@ -236,13 +160,13 @@ static int t_ce(struct tctx *t)
                                                    (const float *)d_dloss, N, V, IGNORE),
                          "ce_backward");
         if (!ok) {
-            pool_free(&p);
+            gu_pool_free(&p);
             return 1;
         }
-        float *got = (float *)ph(&p, gu_download(d_loss, N, 0));
-        float *glse = (float *)ph(&p, gu_download(d_lse, N, 0));
+        float *got = (float *)gu_ph(&p, gu_download(d_loss, N, 0));
+        float *glse = (float *)gu_ph(&p, gu_download(d_lse, N, 0));
         if (!got || !glse) {
-            pool_free(&p);
+            gu_pool_free(&p);
             return 1;
         }
         for (int i = 0; i < N; i++) {
@@ -267,13 +191,13 @@ static int t_ce(struct tctx *t)
          * out of place into a buffer of another alignment (the scalar path) and in place
          * (the vector path) must equal the aligned result bit for bit */
         const kcuda_bf16 *L3 = d_lbuf + 3;
-        float *d_loss3 = (float *)pd(&p, gu_poisoned(N, 0)), *d_lse3 = (float *)pd(&p, gu_poisoned(N, 0));
+        float *d_loss3 = (float *)gu_pd(&p, gu_poisoned(N, 0)), *d_lse3 = (float *)gu_pd(&p, gu_poisoned(N, 0));
         ok = d_loss3 && d_lse3 &&
              rc_ok(t, kcuda_ce_forward_bf16(t->k, d_loss3, d_lse3, L3, d_tg, N, V, IGNORE),
                    "ce_forward(offset 3)");
-        float *g3 = ok ? (float *)ph(&p, gu_download(d_loss3, N, 0)) : NULL;
+        float *g3 = ok ? (float *)gu_ph(&p, gu_download(d_loss3, N, 0)) : NULL;
         if (!g3) {
-            pool_free(&p);
+            gu_pool_free(&p);
             return 1;
         }
         for (int i = 0; i < N; i++)
@@ -288,7 +212,7 @@ static int t_ce(struct tctx *t)
                                              (const float *)d_dloss, N, V, IGNORE),
                    "ce_backward(in place)");
         fail |= !ok || same_bytes("dlogits in place", d_lbuf + 3, d_dl, nv * 2);
-        pool_free(&p);
+        gu_pool_free(&p);
     }
     return fail;
 }
@@ -298,18 +222,18 @@ static int t_ce_determinism(struct tctx *t)
 {
     int N = 64, V = 151936;
     size_t nv = (size_t)N * V;
-    struct pool p = {};
-    float *l = (float *)ph(&p, ce_logits(t, N, V));
-    float *dloss = (float *)ph(&p, gu_rand(&t->rng, N, 0.1f, 2, 0));
-    int *tg = (int *)ph(&p, ce_targets(t, N, V, 0));
-    void *d_l = pd(&p, gu_upload(l, nv, 1)), *d_dloss = pd(&p, gu_upload(dloss, N, 0));
-    int *d_tg = iupload(&p, tg, N);
+    struct gu_pool p = {};
+    float *l = (float *)gu_ph(&p, ce_logits(t, N, V));
+    float *dloss = (float *)gu_ph(&p, gu_rand(&t->rng, N, 0.1f, 2, 0));
+    int *tg = (int *)gu_ph(&p, ce_targets(t, N, V, 0));
+    void *d_l = gu_pd(&p, gu_upload(l, nv, 1)), *d_dloss = gu_pd(&p, gu_upload(dloss, N, 0));
+    int *d_tg = gu_iupload(&p, tg, N);
     float *lo[2], *ls[2];
     kcuda_bf16 *dl[2];
     for (int r = 0; r < 2; r++) {
-        lo[r] = (float *)pd(&p, gu_poisoned(N, 0));
-        ls[r] = (float *)pd(&p, gu_poisoned(N, 0));
-        dl[r] = (kcuda_bf16 *)pd(&p, gu_poisoned(nv, 1));
+        lo[r] = (float *)gu_pd(&p, gu_poisoned(N, 0));
+        ls[r] = (float *)gu_pd(&p, gu_poisoned(N, 0));
+        dl[r] = (kcuda_bf16 *)gu_pd(&p, gu_poisoned(nv, 1));
     }
     int fail = !d_l || !d_dloss || !d_tg || !lo[1] || !ls[1] || !dl[1];
     for (int r = 0; !fail && r < 2; r++) {
@@ -324,8 +248,8 @@ static int t_ce_determinism(struct tctx *t)
         fail |= same_bytes("lse", ls[0], ls[1], N * 4);
         fail |= same_bytes("dlogits", dl[0], dl[1], nv * 2);
     }
-    note(t, " N=%d V=%d", N, V);
-    pool_free(&p);
+    gu_note(t, " N=%d V=%d", N, V);
+    gu_pool_free(&p);
     return fail;
 }
 
@@ -335,36 +259,36 @@ static int t_ce_vocab(struct tctx *t)
     int N = 13, V = 151936, R = 3, fail = 0;
     int v0s[4] = {0, 50001, 100000, V};
     size_t nv = (size_t)N * V;
-    struct pool p = {};
-    float *l = (float *)ph(&p, ce_logits(t, N, V));
-    float *dloss = (float *)ph(&p, gu_rand(&t->rng, N, 0.1f, 2, 0));
-    int *tg = (int *)ph(&p, ce_targets(t, N, V, 1));
+    struct gu_pool p = {};
+    float *l = (float *)gu_ph(&p, ce_logits(t, N, V));
+    float *dloss = (float *)gu_ph(&p, gu_rand(&t->rng, N, 0.1f, 2, 0));
+    int *tg = (int *)gu_ph(&p, ce_targets(t, N, V, 1));
     tg[0] = 50000; /* targets at the slice edges */
     tg[2] = 50001;
     tg[3] = V - 1;
-    float *rloss = hzeros(&p, N), *rdl = hzeros(&p, nv);
+    float *rloss = gu_hzeros(&p, N), *rdl = gu_hzeros(&p, nv);
     kcpu_crossentropy_forward(rloss, l, tg, N, V, IGNORE);
     kcpu_crossentropy_backward(rdl, l, tg, dloss, N, V, IGNORE);
-    void *d_l = pd(&p, gu_upload(l, nv, 1)), *d_dloss = pd(&p, gu_upload(dloss, N, 0));
-    int *d_tg = iupload(&p, tg, N);
-    float *d_max = (float *)pd(&p, gu_poisoned((size_t)R * N, 0));
-    float *d_sum = (float *)pd(&p, gu_poisoned((size_t)R * N, 0));
-    float *d_tl = (float *)pd(&p, gu_poisoned((size_t)R * N, 0));
-    float *d_loss = (float *)pd(&p, gu_poisoned(N, 0)), *d_lse = (float *)pd(&p, gu_poisoned(N, 0));
+    void *d_l = gu_pd(&p, gu_upload(l, nv, 1)), *d_dloss = gu_pd(&p, gu_upload(dloss, N, 0));
+    int *d_tg = gu_iupload(&p, tg, N);
+    float *d_max = (float *)gu_pd(&p, gu_poisoned((size_t)R * N, 0));
+    float *d_sum = (float *)gu_pd(&p, gu_poisoned((size_t)R * N, 0));
+    float *d_tl = (float *)gu_pd(&p, gu_poisoned((size_t)R * N, 0));
+    float *d_loss = (float *)gu_pd(&p, gu_poisoned(N, 0)), *d_lse = (float *)gu_pd(&p, gu_poisoned(N, 0));
     kcuda_bf16 *d_slice[3], *d_dslice[3];
     if (!d_l || !d_dloss || !d_tg || !d_max || !d_sum || !d_tl || !d_loss || !d_lse) {
-        pool_free(&p);
+        gu_pool_free(&p);
         return 1;
     }
     for (int r = 0; r < R; r++) {
         int Vs = v0s[r + 1] - v0s[r];
-        d_slice[r] = (kcuda_bf16 *)pd(&p, gu_poisoned((size_t)N * Vs, 1));
-        d_dslice[r] = (kcuda_bf16 *)pd(&p, gu_poisoned((size_t)N * Vs, 1));
+        d_slice[r] = (kcuda_bf16 *)gu_pd(&p, gu_poisoned((size_t)N * Vs, 1));
+        d_dslice[r] = (kcuda_bf16 *)gu_pd(&p, gu_poisoned((size_t)N * Vs, 1));
         if (!d_slice[r] || !d_dslice[r] ||
             gu_ck(cudaMemcpy2D(d_slice[r], (size_t)Vs * 2, (kcuda_bf16 *)d_l + v0s[r],
                                (size_t)V * 2, (size_t)Vs * 2, N, cudaMemcpyDeviceToDevice),
                   "slice")) {
-            pool_free(&p);
+            gu_pool_free(&p);
             return 1;
         }
         fail |= !rc_ok(t, kcuda_ce_vocab_partial_bf16(t->k, d_max + (size_t)r * N,
@@ -381,12 +305,12 @@ static int t_ce_vocab(struct tctx *t)
                                                        IGNORE), "ce_vocab_backward");
     }
     if (fail) {
-        pool_free(&p);
+        gu_pool_free(&p);
         return 1;
     }
-    float *got = (float *)ph(&p, gu_download(d_loss, N, 0));
+    float *got = (float *)gu_ph(&p, gu_download(d_loss, N, 0));
     if (!got) {
-        pool_free(&p);
+        gu_pool_free(&p);
         return 1;
     }
     if (!isnan(got[N - 1])) {
@@ -396,12 +320,12 @@ static int t_ce_vocab(struct tctx *t)
     got[N - 1] = rloss[N - 1] = 0.0f;
     fail |= cmp_host(t, "loss", got, rloss, N, TOL_F32);
     /* the slices' gradients side by side = the full gradient */
-    float *gdl = hzeros(&p, nv);
+    float *gdl = gu_hzeros(&p, nv);
     for (int r = 0; r < R; r++) {
         int Vs = v0s[r + 1] - v0s[r];
         float *g = gu_download(d_dslice[r], (size_t)N * Vs, 1);
         if (!g) {
-            pool_free(&p);
+            gu_pool_free(&p);
             return 1;
         }
         for (int i = 0; i < N; i++)
@@ -409,7 +333,7 @@ static int t_ce_vocab(struct tctx *t)
         free(g);
     }
     fail |= cmp_host(t, "dlogits", gdl, rdl, nv, TOL_BF16);
-    pool_free(&p);
+    gu_pool_free(&p);
     return fail;
 }
 
@@ -445,29 +369,29 @@ static int t_router(struct tctx *t)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int N = shapes[s][0], E = shapes[s][1], K = shapes[s][2];
         size_t ne = (size_t)N * E, nk = (size_t)N * K;
-        struct pool p = {};
-        float *z = (float *)ph(&p, router_logits(t, N, E));
-        int *ridx = (int *)ph(&p, malloc(nk * sizeof(int)));
-        float *rw = hzeros(&p, nk), *rp = hzeros(&p, ne), raux = 0;
+        struct gu_pool p = {};
+        float *z = (float *)gu_ph(&p, router_logits(t, N, E));
+        int *ridx = (int *)gu_ph(&p, malloc(nk * sizeof(int)));
+        float *rw = gu_hzeros(&p, nk), *rp = gu_hzeros(&p, ne), raux = 0;
         kcpu_moe_router_forward(ridx, rw, rp, &raux, z, N, E, K);
-        int *rcnt = (int *)ph(&p, calloc(E, sizeof(int)));
+        int *rcnt = (int *)gu_ph(&p, calloc(E, sizeof(int)));
         for (size_t i = 0; i < nk; i++)
             rcnt[ridx[i]]++;
-        float *dw = (float *)ph(&p, gu_rand(&t->rng, nk, -1, 1, 0));
-        float *dz0 = (float *)ph(&p, gu_rand(&t->rng, ne, -1, 1, 0));
+        float *dw = (float *)gu_ph(&p, gu_rand(&t->rng, nk, -1, 1, 0));
+        float *dz0 = (float *)gu_ph(&p, gu_rand(&t->rng, ne, -1, 1, 0));
         float daux = 0.37f;
-        float *rdz = hcopy(&p, dz0, ne), *rdz2 = hcopy(&p, dz0, ne);
+        float *rdz = gu_hcopy(&p, dz0, ne), *rdz2 = gu_hcopy(&p, dz0, ne);
         kcpu_moe_router_backward(rdz, dw, daux, rp, ridx, rw, N, E, K);
         kcpu_moe_router_backward(rdz2, NULL, daux, rp, ridx, rw, N, E, K);
 
-        float *d_z = (float *)pd(&p, gu_upload(z, ne, 0));
+        float *d_z = (float *)gu_pd(&p, gu_upload(z, ne, 0));
         int *d_idx = ipoisoned(&p, nk), *d_cnt = ipoisoned(&p, E);
-        float *d_w = (float *)pd(&p, gu_poisoned(nk, 0)), *d_p = (float *)pd(&p, gu_poisoned(ne, 0));
-        float *d_aux = (float *)pd(&p, gu_poisoned(1, 0));
-        float *d_dw = (float *)pd(&p, gu_upload(dw, nk, 0));
-        float *d_dz = (float *)pd(&p, gu_upload(dz0, ne, 0)), *d_dz2 = (float *)pd(&p, gu_upload(dz0, ne, 0));
+        float *d_w = (float *)gu_pd(&p, gu_poisoned(nk, 0)), *d_p = (float *)gu_pd(&p, gu_poisoned(ne, 0));
+        float *d_aux = (float *)gu_pd(&p, gu_poisoned(1, 0));
+        float *d_dw = (float *)gu_pd(&p, gu_upload(dw, nk, 0));
+        float *d_dz = (float *)gu_pd(&p, gu_upload(dz0, ne, 0)), *d_dz2 = (float *)gu_pd(&p, gu_upload(dz0, ne, 0));
         if (!d_z || !d_idx || !d_cnt || !d_w || !d_p || !d_aux || !d_dw || !d_dz || !d_dz2) {
-            pool_free(&p);
+            gu_pool_free(&p);
             return 1;
         }
         int ok = rc_ok(t, kcuda_moe_router_forward(t->k, d_idx, d_w, d_p, d_cnt, d_aux, d_z, N,
@@ -477,20 +401,20 @@ static int t_router(struct tctx *t)
         ok = ok && rc_ok(t, kcuda_moe_router_backward(t->k, d_dz2, NULL, daux, d_p, d_idx, d_w,
                                                       d_cnt, N, E, K), "router_backward(aux)");
         if (!ok) {
-            pool_free(&p);
+            gu_pool_free(&p);
             return 1;
         }
         char nm[64];
         snprintf(nm, sizeof nm, "topk_idx[%d,%d,%d]", N, E, K);
         fail |= icmp(nm, idownload(&p, d_idx, nk), ridx, nk);
         fail |= icmp("counts", idownload(&p, d_cnt, E), rcnt, E);
-        note(t, " [N%d E%d K%d]", N, E, K);
+        gu_note(t, " [N%d E%d K%d]", N, E, K);
         fail |= check(t, "probs", d_p, rp, ne, 0);
         fail |= check(t, "topk_w", d_w, rw, nk, 0);
         fail |= check(t, "aux", d_aux, &raux, 1, 0);
         fail |= check(t, "dlogits", d_dz, rdz, ne, 0);
         fail |= check(t, "dlogits_aux", d_dz2, rdz2, ne, 0);
-        pool_free(&p);
+        gu_pool_free(&p);
     }
     return fail;
 }
@@ -522,28 +446,28 @@ static int t_plan(struct tctx *t)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int N = shapes[s][0], E = shapes[s][1], K = shapes[s][2];
         size_t nk = (size_t)N * K;
-        struct pool p = {};
-        int *idx = (int *)ph(&p, random_topk(t, N, E, K));
+        struct gu_pool p = {};
+        int *idx = (int *)gu_ph(&p, random_topk(t, N, E, K));
         if (s == 3) /* a skewed load: expert 5 takes every first slot */
             for (int i = 0; i < N; i++)
                 for (int j = 0; j < K; j++)
                     if (idx[(size_t)i * K + j] == 5)
                         idx[(size_t)i * K + j] = idx[(size_t)i * K], idx[(size_t)i * K] = 5;
-        int *roff = (int *)ph(&p, malloc((E + 1) * sizeof(int)));
-        int *rsrc = (int *)ph(&p, malloc(nk * sizeof(int))), *rslot = (int *)ph(&p, malloc(nk * sizeof(int)));
+        int *roff = (int *)gu_ph(&p, malloc((E + 1) * sizeof(int)));
+        int *rsrc = (int *)gu_ph(&p, malloc(nk * sizeof(int))), *rslot = (int *)gu_ph(&p, malloc(nk * sizeof(int)));
         kcpu_moe_plan(roff, rsrc, rslot, idx, N, E, K);
-        int *d_idx = iupload(&p, idx, nk), *d_off = ipoisoned(&p, E + 1);
+        int *d_idx = gu_iupload(&p, idx, nk), *d_off = ipoisoned(&p, E + 1);
         int *d_src = ipoisoned(&p, nk), *d_slot = ipoisoned(&p, nk);
         if (!d_idx || !d_off || !d_src || !d_slot ||
             !rc_ok(t, kcuda_moe_plan(t->k, d_off, d_src, d_slot, d_idx, N, E, K), "plan")) {
-            pool_free(&p);
+            gu_pool_free(&p);
             return 1;
         }
         fail |= icmp("offsets", idownload(&p, d_off, E + 1), roff, E + 1);
         fail |= icmp("row_src", idownload(&p, d_src, nk), rsrc, nk);
         fail |= icmp("slot_row", idownload(&p, d_slot, nk), rslot, nk);
-        note(t, " [N%d E%d K%d]", N, E, K);
-        pool_free(&p);
+        gu_note(t, " [N%d E%d K%d]", N, E, K);
+        gu_pool_free(&p);
     }
     return fail;
 }
@@ -555,39 +479,39 @@ static int t_permute(struct tctx *t)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int N = shapes[s][0], E = shapes[s][1], K = shapes[s][2], C = shapes[s][3];
         size_t nk = (size_t)N * K, nc = (size_t)N * C, rc_ = nk * C;
-        struct pool p = {};
-        int *idx = (int *)ph(&p, random_topk(t, N, E, K));
-        int *off = (int *)ph(&p, malloc((E + 1) * sizeof(int)));
-        int *src = (int *)ph(&p, malloc(nk * sizeof(int))), *slot = (int *)ph(&p, malloc(nk * sizeof(int)));
+        struct gu_pool p = {};
+        int *idx = (int *)gu_ph(&p, random_topk(t, N, E, K));
+        int *off = (int *)gu_ph(&p, malloc((E + 1) * sizeof(int)));
+        int *src = (int *)gu_ph(&p, malloc(nk * sizeof(int))), *slot = (int *)gu_ph(&p, malloc(nk * sizeof(int)));
         kcpu_moe_plan(off, src, slot, idx, N, E, K);
-        float *x = (float *)ph(&p, gu_rand(&t->rng, nc, -2, 2, 1));
-        float *dxp = (float *)ph(&p, gu_rand(&t->rng, rc_, -1, 1, 1));
-        float *dx0 = (float *)ph(&p, gu_rand(&t->rng, nc, -1, 1, 1));
-        float *eo = (float *)ph(&p, gu_rand(&t->rng, rc_, -2, 2, 1));
-        float *w = (float *)ph(&p, gu_rand(&t->rng, nk, 0, 1, 0));
-        float *dy = (float *)ph(&p, gu_rand(&t->rng, nc, -1, 1, 1));
-        float *deo0 = (float *)ph(&p, gu_rand(&t->rng, rc_, -1, 1, 1));
-        float *dw0 = (float *)ph(&p, gu_rand(&t->rng, nk, -1, 1, 0));
-        float *rxp = hzeros(&p, rc_), *rdx = hcopy(&p, dx0, nc), *ry = hzeros(&p, nc);
-        float *rdeo = hcopy(&p, deo0, rc_), *rdw = hcopy(&p, dw0, nk);
+        float *x = (float *)gu_ph(&p, gu_rand(&t->rng, nc, -2, 2, 1));
+        float *dxp = (float *)gu_ph(&p, gu_rand(&t->rng, rc_, -1, 1, 1));
+        float *dx0 = (float *)gu_ph(&p, gu_rand(&t->rng, nc, -1, 1, 1));
+        float *eo = (float *)gu_ph(&p, gu_rand(&t->rng, rc_, -2, 2, 1));
+        float *w = (float *)gu_ph(&p, gu_rand(&t->rng, nk, 0, 1, 0));
+        float *dy = (float *)gu_ph(&p, gu_rand(&t->rng, nc, -1, 1, 1));
+        float *deo0 = (float *)gu_ph(&p, gu_rand(&t->rng, rc_, -1, 1, 1));
+        float *dw0 = (float *)gu_ph(&p, gu_rand(&t->rng, nk, -1, 1, 0));
+        float *rxp = gu_hzeros(&p, rc_), *rdx = gu_hcopy(&p, dx0, nc), *ry = gu_hzeros(&p, nc);
+        float *rdeo = gu_hcopy(&p, deo0, rc_), *rdw = gu_hcopy(&p, dw0, nk);
         kcpu_moe_permute_forward(rxp, x, src, N, K, C);
         kcpu_moe_permute_backward(rdx, dxp, src, N, K, C);
         kcpu_moe_unpermute_forward(ry, eo, w, slot, N, K, C);
         kcpu_moe_unpermute_backward(rdeo, rdw, dy, eo, w, slot, N, K, C);
-        int *d_src = iupload(&p, src, nk), *d_slot = iupload(&p, slot, nk);
-        kcuda_bf16 *d_x = (kcuda_bf16 *)pd(&p, gu_upload(x, nc, 1));
-        kcuda_bf16 *d_xp = (kcuda_bf16 *)pd(&p, gu_poisoned(rc_, 1));
-        kcuda_bf16 *d_dxp = (kcuda_bf16 *)pd(&p, gu_upload(dxp, rc_, 1));
-        kcuda_bf16 *d_dx = (kcuda_bf16 *)pd(&p, gu_upload(dx0, nc, 1));
-        kcuda_bf16 *d_eo = (kcuda_bf16 *)pd(&p, gu_upload(eo, rc_, 1));
-        float *d_w = (float *)pd(&p, gu_upload(w, nk, 0));
-        kcuda_bf16 *d_y = (kcuda_bf16 *)pd(&p, gu_poisoned(nc, 1));
-        kcuda_bf16 *d_dy = (kcuda_bf16 *)pd(&p, gu_upload(dy, nc, 1));
-        kcuda_bf16 *d_deo = (kcuda_bf16 *)pd(&p, gu_upload(deo0, rc_, 1));
-        float *d_dw = (float *)pd(&p, gu_upload(dw0, nk, 0));
+        int *d_src = gu_iupload(&p, src, nk), *d_slot = gu_iupload(&p, slot, nk);
+        kcuda_bf16 *d_x = (kcuda_bf16 *)gu_pd(&p, gu_upload(x, nc, 1));
+        kcuda_bf16 *d_xp = (kcuda_bf16 *)gu_pd(&p, gu_poisoned(rc_, 1));
+        kcuda_bf16 *d_dxp = (kcuda_bf16 *)gu_pd(&p, gu_upload(dxp, rc_, 1));
+        kcuda_bf16 *d_dx = (kcuda_bf16 *)gu_pd(&p, gu_upload(dx0, nc, 1));
+        kcuda_bf16 *d_eo = (kcuda_bf16 *)gu_pd(&p, gu_upload(eo, rc_, 1));
+        float *d_w = (float *)gu_pd(&p, gu_upload(w, nk, 0));
+        kcuda_bf16 *d_y = (kcuda_bf16 *)gu_pd(&p, gu_poisoned(nc, 1));
+        kcuda_bf16 *d_dy = (kcuda_bf16 *)gu_pd(&p, gu_upload(dy, nc, 1));
+        kcuda_bf16 *d_deo = (kcuda_bf16 *)gu_pd(&p, gu_upload(deo0, rc_, 1));
+        float *d_dw = (float *)gu_pd(&p, gu_upload(dw0, nk, 0));
         if (!d_src || !d_slot || !d_x || !d_xp || !d_dxp || !d_dx || !d_eo || !d_w || !d_y ||
             !d_dy || !d_deo || !d_dw) {
-            pool_free(&p);
+            gu_pool_free(&p);
             return 1;
         }
         int ok = rc_ok(t, kcuda_moe_permute_forward_bf16(t->k, d_xp, d_x, d_src, N, K, C),
@@ -600,11 +524,11 @@ static int t_permute(struct tctx *t)
                                                               d_slot, N, K, C),
                          "unpermute_backward");
         if (!ok) {
-            pool_free(&p);
+            gu_pool_free(&p);
             return 1;
         }
-        note(t, " [C%d]", C);
-        float *gxp = (float *)ph(&p, gu_download(d_xp, rc_, 1));
+        gu_note(t, " [C%d]", C);
+        float *gxp = (float *)gu_ph(&p, gu_download(d_xp, rc_, 1));
         if (!gxp || memcmp(gxp, rxp, rc_ * 4) != 0) { /* a copy: exact */
             printf("# permute_forward is not an exact copy\n");
             fail = 1;
@@ -613,9 +537,9 @@ static int t_permute(struct tctx *t)
         fail |= check(t, "unperm", d_y, ry, nc, 1);
         fail |= check(t, "dexpert", d_deo, rdeo, rc_, 1);
         /* fp32 storage, but dot products of bf16 rows: the bf16 tolerance */
-        float *gdw = (float *)ph(&p, gu_download(d_dw, nk, 0));
+        float *gdw = (float *)gu_ph(&p, gu_download(d_dw, nk, 0));
         fail |= !gdw || cmp_host(t, "dtopk_w", gdw, rdw, nk, TOL_BF16);
-        pool_free(&p);
+        gu_pool_free(&p);
     }
     return fail;
 }
@@ -630,18 +554,18 @@ static int t_experts(struct tctx *t)
     for (int e = 0; e < E; e++)
         off[e + 1] = off[e] + n[e];
     int R = off[E];
-    struct pool p = {};
-    float *xp = (float *)ph(&p, gu_rand(&t->rng, (size_t)R * H, -1, 1, 1));
-    float *wg = (float *)ph(&p, gu_rand(&t->rng, (size_t)E * F2 * H, -0.1f, 0.1f, 1));
-    float *wd = (float *)ph(&p, gu_rand(&t->rng, (size_t)E * H * Fm, -0.1f, 0.1f, 1));
-    float *dy = (float *)ph(&p, gu_rand(&t->rng, (size_t)R * H, -1, 1, 1));
-    float *dx0 = (float *)ph(&p, gu_rand(&t->rng, (size_t)R * H, -0.1f, 0.1f, 1));
-    float *dwg0 = (float *)ph(&p, gu_rand(&t->rng, (size_t)E * F2 * H, -0.1f, 0.1f, 1));
-    float *dwd0 = (float *)ph(&p, gu_rand(&t->rng, (size_t)E * H * Fm, -0.1f, 0.1f, 1));
-    float *rh = hzeros(&p, (size_t)R * F2), *ra = hzeros(&p, (size_t)R * Fm);
-    float *ry = hzeros(&p, (size_t)R * H), *rda = hzeros(&p, (size_t)R * Fm);
-    float *rdh = hzeros(&p, (size_t)R * F2), *rdx = hcopy(&p, dx0, (size_t)R * H);
-    float *rdwg = hcopy(&p, dwg0, (size_t)E * F2 * H), *rdwd = hcopy(&p, dwd0, (size_t)E * H * Fm);
+    struct gu_pool p = {};
+    float *xp = (float *)gu_ph(&p, gu_rand(&t->rng, (size_t)R * H, -1, 1, 1));
+    float *wg = (float *)gu_ph(&p, gu_rand(&t->rng, (size_t)E * F2 * H, -0.1f, 0.1f, 1));
+    float *wd = (float *)gu_ph(&p, gu_rand(&t->rng, (size_t)E * H * Fm, -0.1f, 0.1f, 1));
+    float *dy = (float *)gu_ph(&p, gu_rand(&t->rng, (size_t)R * H, -1, 1, 1));
+    float *dx0 = (float *)gu_ph(&p, gu_rand(&t->rng, (size_t)R * H, -0.1f, 0.1f, 1));
+    float *dwg0 = (float *)gu_ph(&p, gu_rand(&t->rng, (size_t)E * F2 * H, -0.1f, 0.1f, 1));
+    float *dwd0 = (float *)gu_ph(&p, gu_rand(&t->rng, (size_t)E * H * Fm, -0.1f, 0.1f, 1));
+    float *rh = gu_hzeros(&p, (size_t)R * F2), *ra = gu_hzeros(&p, (size_t)R * Fm);
+    float *ry = gu_hzeros(&p, (size_t)R * H), *rda = gu_hzeros(&p, (size_t)R * Fm);
+    float *rdh = gu_hzeros(&p, (size_t)R * F2), *rdx = gu_hcopy(&p, dx0, (size_t)R * H);
+    float *rdwg = gu_hcopy(&p, dwg0, (size_t)E * F2 * H), *rdwd = gu_hcopy(&p, dwd0, (size_t)E * H * Fm);
     for (int e = 0; e < E; e++) {
         if (!n[e])
             continue;
@@ -656,21 +580,21 @@ static int t_experts(struct tctx *t)
         kcpu_matmul_backward(rdx + o * H, rdwg + (size_t)e * F2 * H, NULL, rdh + o * F2,
                              xp + o * H, we, n[e], H, F2);
     }
-    kcuda_bf16 *d_xp = (kcuda_bf16 *)pd(&p, gu_upload(xp, (size_t)R * H, 1));
-    kcuda_bf16 *d_wg = (kcuda_bf16 *)pd(&p, gu_upload(wg, (size_t)E * F2 * H, 1));
-    kcuda_bf16 *d_wd = (kcuda_bf16 *)pd(&p, gu_upload(wd, (size_t)E * H * Fm, 1));
-    kcuda_bf16 *d_dy = (kcuda_bf16 *)pd(&p, gu_upload(dy, (size_t)R * H, 1));
-    kcuda_bf16 *d_dx = (kcuda_bf16 *)pd(&p, gu_upload(dx0, (size_t)R * H, 1));
-    kcuda_bf16 *d_dwg = (kcuda_bf16 *)pd(&p, gu_upload(dwg0, (size_t)E * F2 * H, 1));
-    kcuda_bf16 *d_dwd = (kcuda_bf16 *)pd(&p, gu_upload(dwd0, (size_t)E * H * Fm, 1));
-    kcuda_bf16 *d_h = (kcuda_bf16 *)pd(&p, gu_poisoned((size_t)R * F2, 1));
-    kcuda_bf16 *d_a = (kcuda_bf16 *)pd(&p, gu_poisoned((size_t)R * Fm, 1));
-    kcuda_bf16 *d_y = (kcuda_bf16 *)pd(&p, gu_poisoned((size_t)R * H, 1));
-    kcuda_bf16 *d_da = (kcuda_bf16 *)pd(&p, gu_poisoned((size_t)R * Fm, 1));
-    kcuda_bf16 *d_dh = (kcuda_bf16 *)pd(&p, gu_poisoned((size_t)R * F2, 1));
+    kcuda_bf16 *d_xp = (kcuda_bf16 *)gu_pd(&p, gu_upload(xp, (size_t)R * H, 1));
+    kcuda_bf16 *d_wg = (kcuda_bf16 *)gu_pd(&p, gu_upload(wg, (size_t)E * F2 * H, 1));
+    kcuda_bf16 *d_wd = (kcuda_bf16 *)gu_pd(&p, gu_upload(wd, (size_t)E * H * Fm, 1));
+    kcuda_bf16 *d_dy = (kcuda_bf16 *)gu_pd(&p, gu_upload(dy, (size_t)R * H, 1));
+    kcuda_bf16 *d_dx = (kcuda_bf16 *)gu_pd(&p, gu_upload(dx0, (size_t)R * H, 1));
+    kcuda_bf16 *d_dwg = (kcuda_bf16 *)gu_pd(&p, gu_upload(dwg0, (size_t)E * F2 * H, 1));
+    kcuda_bf16 *d_dwd = (kcuda_bf16 *)gu_pd(&p, gu_upload(dwd0, (size_t)E * H * Fm, 1));
+    kcuda_bf16 *d_h = (kcuda_bf16 *)gu_pd(&p, gu_poisoned((size_t)R * F2, 1));
+    kcuda_bf16 *d_a = (kcuda_bf16 *)gu_pd(&p, gu_poisoned((size_t)R * Fm, 1));
+    kcuda_bf16 *d_y = (kcuda_bf16 *)gu_pd(&p, gu_poisoned((size_t)R * H, 1));
+    kcuda_bf16 *d_da = (kcuda_bf16 *)gu_pd(&p, gu_poisoned((size_t)R * Fm, 1));
+    kcuda_bf16 *d_dh = (kcuda_bf16 *)gu_pd(&p, gu_poisoned((size_t)R * F2, 1));
     if (!d_xp || !d_wg || !d_wd || !d_dy || !d_dx || !d_dwg || !d_dwd || !d_h || !d_a || !d_y ||
         !d_da || !d_dh) {
-        pool_free(&p);
+        gu_pool_free(&p);
         return 1;
     }
     int ok = rc_ok(t, kcuda_moe_experts_forward_bf16(t->k, d_y, d_h, d_a, d_xp, d_wg, d_wd, off,
@@ -679,7 +603,7 @@ static int t_experts(struct tctx *t)
                                                         d_dy, d_xp, d_h, d_a, d_wg, d_wd, off, E,
                                                         H, Fm), "experts_backward");
     if (!ok) {
-        pool_free(&p);
+        gu_pool_free(&p);
         return 1;
     }
     int fail = 0;
@@ -696,7 +620,7 @@ static int t_experts(struct tctx *t)
         printf("# bad offsets: rc %d, message '%s'\n", rc, kcuda_ctx_errmsg(t->k));
         fail = 1;
     }
-    pool_free(&p);
+    gu_pool_free(&p);
     return fail;
 }
 
@@ -706,18 +630,18 @@ static int t_moe_determinism(struct tctx *t)
 {
     int N = 512, E = 64, K = 8, C = 512;
     size_t ne = (size_t)N * E, nk = (size_t)N * K, nc = (size_t)N * C, rc_ = nk * C;
-    struct pool p = {};
-    float *z = (float *)ph(&p, router_logits(t, N, E));
-    float *dw = (float *)ph(&p, gu_rand(&t->rng, nk, -1, 1, 0));
-    float *x = (float *)ph(&p, gu_rand(&t->rng, nc, -1, 1, 1));
-    float *dxp = (float *)ph(&p, gu_rand(&t->rng, rc_, -1, 1, 1));
-    float *eo = (float *)ph(&p, gu_rand(&t->rng, rc_, -1, 1, 1));
-    float *dy = (float *)ph(&p, gu_rand(&t->rng, nc, -1, 1, 1));
-    float *d_z = (float *)pd(&p, gu_upload(z, ne, 0)), *d_dw = (float *)pd(&p, gu_upload(dw, nk, 0));
-    kcuda_bf16 *d_x = (kcuda_bf16 *)pd(&p, gu_upload(x, nc, 1));
-    kcuda_bf16 *d_dxp = (kcuda_bf16 *)pd(&p, gu_upload(dxp, rc_, 1));
-    kcuda_bf16 *d_eo = (kcuda_bf16 *)pd(&p, gu_upload(eo, rc_, 1));
-    kcuda_bf16 *d_dy = (kcuda_bf16 *)pd(&p, gu_upload(dy, nc, 1));
+    struct gu_pool p = {};
+    float *z = (float *)gu_ph(&p, router_logits(t, N, E));
+    float *dw = (float *)gu_ph(&p, gu_rand(&t->rng, nk, -1, 1, 0));
+    float *x = (float *)gu_ph(&p, gu_rand(&t->rng, nc, -1, 1, 1));
+    float *dxp = (float *)gu_ph(&p, gu_rand(&t->rng, rc_, -1, 1, 1));
+    float *eo = (float *)gu_ph(&p, gu_rand(&t->rng, rc_, -1, 1, 1));
+    float *dy = (float *)gu_ph(&p, gu_rand(&t->rng, nc, -1, 1, 1));
+    float *d_z = (float *)gu_pd(&p, gu_upload(z, ne, 0)), *d_dw = (float *)gu_pd(&p, gu_upload(dw, nk, 0));
+    kcuda_bf16 *d_x = (kcuda_bf16 *)gu_pd(&p, gu_upload(x, nc, 1));
+    kcuda_bf16 *d_dxp = (kcuda_bf16 *)gu_pd(&p, gu_upload(dxp, rc_, 1));
+    kcuda_bf16 *d_eo = (kcuda_bf16 *)gu_pd(&p, gu_upload(eo, rc_, 1));
+    kcuda_bf16 *d_dy = (kcuda_bf16 *)gu_pd(&p, gu_upload(dy, nc, 1));
     int fail = !d_z || !d_dw || !d_x || !d_dxp || !d_eo || !d_dy;
     struct {
         int *idx, *cnt, *off, *src, *slot;
@@ -727,11 +651,11 @@ static int t_moe_determinism(struct tctx *t)
     for (int q = 0; !fail && q < 2; q++) {
         r[q].idx = ipoisoned(&p, nk), r[q].cnt = ipoisoned(&p, E), r[q].off = ipoisoned(&p, E + 1);
         r[q].src = ipoisoned(&p, nk), r[q].slot = ipoisoned(&p, nk);
-        r[q].w = (float *)pd(&p, gu_poisoned(nk, 0)), r[q].pr = (float *)pd(&p, gu_poisoned(ne, 0));
-        r[q].aux = (float *)pd(&p, gu_poisoned(1, 0));
-        r[q].dz = (float *)pd(&p, gu_poisoned(ne, 0)), r[q].dtw = (float *)pd(&p, gu_poisoned(nk, 0));
-        r[q].xp = (kcuda_bf16 *)pd(&p, gu_poisoned(rc_, 1)), r[q].dx = (kcuda_bf16 *)pd(&p, gu_poisoned(nc, 1));
-        r[q].y = (kcuda_bf16 *)pd(&p, gu_poisoned(nc, 1)), r[q].deo = (kcuda_bf16 *)pd(&p, gu_poisoned(rc_, 1));
+        r[q].w = (float *)gu_pd(&p, gu_poisoned(nk, 0)), r[q].pr = (float *)gu_pd(&p, gu_poisoned(ne, 0));
+        r[q].aux = (float *)gu_pd(&p, gu_poisoned(1, 0));
+        r[q].dz = (float *)gu_pd(&p, gu_poisoned(ne, 0)), r[q].dtw = (float *)gu_pd(&p, gu_poisoned(nk, 0));
+        r[q].xp = (kcuda_bf16 *)gu_pd(&p, gu_poisoned(rc_, 1)), r[q].dx = (kcuda_bf16 *)gu_pd(&p, gu_poisoned(nc, 1));
+        r[q].y = (kcuda_bf16 *)gu_pd(&p, gu_poisoned(nc, 1)), r[q].deo = (kcuda_bf16 *)gu_pd(&p, gu_poisoned(rc_, 1));
         if (!r[q].idx || !r[q].cnt || !r[q].off || !r[q].src || !r[q].slot || !r[q].w ||
             !r[q].pr || !r[q].aux || !r[q].dz || !r[q].dtw || !r[q].xp || !r[q].dx || !r[q].y ||
             !r[q].deo) {
@@ -772,19 +696,14 @@ static int t_moe_determinism(struct tctx *t)
         fail |= same_bytes("dexpert", r[0].deo, r[1].deo, rc_ * 2);
         fail |= same_bytes("dtopk_w", r[0].dtw, r[1].dtw, nk * 4);
     }
-    note(t, " N=%d E=%d K=%d C=%d", N, E, K, C);
-    pool_free(&p);
+    gu_note(t, " N=%d E=%d K=%d C=%d", N, E, K, C);
+    gu_pool_free(&p);
     return fail;
 }
 
 /* ---- runner -------------------------------------------------------------------------------- */
 
-struct test {
-    const char *name;
-    int (*fn)(struct tctx *);
-};
-
-static const struct test tests[] = {
+static const struct gu_test<struct tctx> tests[] = {
     {"ce_fused_bf16", t_ce},          {"ce_fused_determinism", t_ce_determinism},
     {"ce_vocab_parallel", t_ce_vocab}, {"moe_router", t_router},
     {"moe_plan", t_plan},             {"moe_permute_unpermute", t_permute},
@@ -793,45 +712,7 @@ static const struct test tests[] = {
 
 int main(void)
 {
-    int ntests = (int)(sizeof tests / sizeof tests[0]), ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0) {
-        printf("1..1\nnot ok 1 - ce/moe gpu kernels # SKIP no CUDA device (%s)\n",
-               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-        return 0;
-    }
-    struct tctx t;
-    memset(&t, 0, sizeof t);
-    const char *se = getenv("HEARTH_SEED");
-    uint64_t seed = se ? strtoull(se, NULL, 10)
-                       : ((uint64_t)time(NULL) * 2654435761u) ^ (uint64_t)clock();
-    if (seed == 0)
-        seed = 1;
-    t.rng = seed;
-    cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
-        printf("# device: %s (sm_%d%d), seed %llu\n", prop.name, prop.major, prop.minor,
-               (unsigned long long)seed);
-    char err[256];
-    int rc = kcuda_ctx_create(&t.k, NULL, 0, err, sizeof err);
-    printf("1..%d\n", ntests);
-    if (rc < 0) {
-        printf("# %s\n", err);
-        for (int i = 0; i < ntests; i++)
-            printf("not ok %d - %s\n", i + 1, tests[i].name);
-        return 1;
-    }
-    int failed = 0;
-    for (int i = 0; i < ntests; i++) {
-        t.note[0] = 0;
-        int f = tests[i].fn(&t);
-        printf("%s %d - %s #%s\n", f ? "not ok" : "ok", i + 1, tests[i].name, t.note);
-        if (f) {
-            printf("# replay with HEARTH_SEED=%llu\n", (unsigned long long)seed);
-            failed++;
-        }
-        fflush(stdout);
-    }
-    kcuda_ctx_free(t.k);
-    return failed ? 1 : 0;
+    static struct tctx t;
+    int n = (int)(sizeof tests / sizeof tests[0]);
+    return gu_tap_main("ce/moe gpu kernels", tests, n, &t);
 }

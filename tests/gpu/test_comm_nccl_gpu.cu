@@ -26,12 +26,11 @@ extern "C" {
 #include "comm/comm.h"
 }
 #include "comm/comm_nccl.h"
-#include "tests/gpu/gpu_util.h"
+#include "tests/gpu/gpu_tap.h"
 
 #include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #define MAXR 2
@@ -661,11 +660,7 @@ int main(void)
         printf("1..1\nok 1 - nccl communicator # SKIP no CUDA device\n");
         return 0;
     }
-    const char *se = getenv("HEARTH_SEED");
-    uint64_t seed = se ? strtoull(se, NULL, 10)
-                       : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
-    if (seed == 0)
-        seed = 1;
+    uint64_t seed = gu_seed();
     printf("# seed %llu (NCCL_NVLS_ENABLE=%s)\n", (unsigned long long)seed,
            getenv("NCCL_NVLS_ENABLE") ? getenv("NCCL_NVLS_ENABLE") : "unset");
     int failures = 0;

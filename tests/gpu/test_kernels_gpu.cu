@@ -9,9 +9,7 @@
 extern "C" {
 #include "kernels.h"
 }
-#include "tests/gpu/gpu_util.h"
-
-#include <time.h>
+#include "tests/gpu/gpu_tap.h"
 
 #define TOL_BF16 1e-2
 #define TOL_F32 1e-5
@@ -22,44 +20,6 @@ struct tctx {
     double worst;   /* worst error/tolerance ratio seen in the current test */
     char note[512]; /* the per-check errors, printed as a diagnostic */
 };
-
-/* Pool of allocations of one test, freed together. */
-struct pool {
-    void *dev[64];
-    int nd;
-    float *host[64];
-    int nh;
-};
-
-static void *pd(struct pool *p, void *d)
-{
-    if (d && p->nd < 64)
-        p->dev[p->nd++] = d;
-    return d;
-}
-
-static float *ph(struct pool *p, float *h)
-{
-    if (h && p->nh < 64)
-        p->host[p->nh++] = h;
-    return h;
-}
-
-static void pool_free(struct pool *p)
-{
-    for (int i = 0; i < p->nd; i++)
-        cudaFree(p->dev[i]);
-    for (int i = 0; i < p->nh; i++)
-        free(p->host[i]);
-    p->nd = p->nh = 0;
-}
-
-static float *hcopy(struct pool *p, const float *h, size_t n)
-{
-    float *c = ph(p, (float *)malloc(n * sizeof *c));
-    memcpy(c, h, n * sizeof *c);
-    return c;
-}
 
 /* Compares a device result with the host reference; records the error. 0 = pass. */
 static int check(struct tctx *t, const char *what, const void *dev, const float *ref, size_t n,
@@ -87,18 +47,10 @@ static int check(struct tctx *t, const char *what, const void *dev, const float 
 
 static int rc_ok(struct tctx *t, int rc, const char *what)
 {
-    if (rc < 0) {
-        printf("# %s returned %d: %s\n", what, rc, kcuda_ctx_errmsg(t->k));
-        t->worst = INFINITY;
-        return 0;
-    }
-    cudaError_t e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) {
-        printf("# %s: asynchronous error: %s\n", what, cudaGetErrorString(e));
-        t->worst = INFINITY;
-        return 0;
-    }
-    return 1;
+    if (gu_rc_ok(t->k, rc, what))
+        return 1;
+    t->worst = INFINITY;
+    return 0;
 }
 
 /* ---- matmul ------------------------------------------------------------------ */
@@ -111,34 +63,34 @@ static int t_matmul(struct tctx *t, int bf16)
     int fail = 0;
     for (size_t s = 0; s < sizeof gemm_shapes / sizeof gemm_shapes[0]; s++) {
         int M = gemm_shapes[s][0], K = gemm_shapes[s][1], N = gemm_shapes[s][2];
-        struct pool p = {};
-        float *inp = ph(&p, gu_rand(&t->rng, (size_t)M * K, -1, 1, bf16));
-        float *w = ph(&p, gu_rand(&t->rng, (size_t)N * K, -1, 1, bf16));
-        float *b = ph(&p, gu_rand(&t->rng, N, -1, 1, bf16));
-        float *dout = ph(&p, gu_rand(&t->rng, (size_t)M * N, -1, 1, bf16));
-        float *dinp0 = ph(&p, gu_rand(&t->rng, (size_t)M * K, -1, 1, bf16));
-        float *dw0 = ph(&p, gu_rand(&t->rng, (size_t)N * K, -1, 1, bf16));
-        float *db0 = ph(&p, gu_rand(&t->rng, N, -1, 1, bf16));
-        void *d_inp = pd(&p, gu_upload(inp, (size_t)M * K, bf16));
-        void *d_w = pd(&p, gu_upload(w, (size_t)N * K, bf16));
-        void *d_b = pd(&p, gu_upload(b, N, bf16));
-        void *d_dout = pd(&p, gu_upload(dout, (size_t)M * N, bf16));
-        void *d_dinp = pd(&p, gu_upload(dinp0, (size_t)M * K, bf16));
-        void *d_dw = pd(&p, gu_upload(dw0, (size_t)N * K, bf16));
-        void *d_db = pd(&p, gu_upload(db0, N, bf16));
-        void *d_out = pd(&p, gu_poisoned((size_t)M * N, bf16));
-        void *d_out2 = pd(&p, gu_poisoned((size_t)M * N, bf16));
+        struct gu_pool p = {};
+        float *inp = gu_ph(&p, gu_rand(&t->rng, (size_t)M * K, -1, 1, bf16));
+        float *w = gu_ph(&p, gu_rand(&t->rng, (size_t)N * K, -1, 1, bf16));
+        float *b = gu_ph(&p, gu_rand(&t->rng, N, -1, 1, bf16));
+        float *dout = gu_ph(&p, gu_rand(&t->rng, (size_t)M * N, -1, 1, bf16));
+        float *dinp0 = gu_ph(&p, gu_rand(&t->rng, (size_t)M * K, -1, 1, bf16));
+        float *dw0 = gu_ph(&p, gu_rand(&t->rng, (size_t)N * K, -1, 1, bf16));
+        float *db0 = gu_ph(&p, gu_rand(&t->rng, N, -1, 1, bf16));
+        void *d_inp = gu_pd(&p, gu_upload(inp, (size_t)M * K, bf16));
+        void *d_w = gu_pd(&p, gu_upload(w, (size_t)N * K, bf16));
+        void *d_b = gu_pd(&p, gu_upload(b, N, bf16));
+        void *d_dout = gu_pd(&p, gu_upload(dout, (size_t)M * N, bf16));
+        void *d_dinp = gu_pd(&p, gu_upload(dinp0, (size_t)M * K, bf16));
+        void *d_dw = gu_pd(&p, gu_upload(dw0, (size_t)N * K, bf16));
+        void *d_db = gu_pd(&p, gu_upload(db0, N, bf16));
+        void *d_out = gu_pd(&p, gu_poisoned((size_t)M * N, bf16));
+        void *d_out2 = gu_pd(&p, gu_poisoned((size_t)M * N, bf16));
         if (!d_inp || !d_w || !d_b || !d_dout || !d_dinp || !d_dw || !d_db || !d_out ||
             !d_out2) {
-            pool_free(&p);
+            gu_pool_free(&p);
             return 1;
         }
-        float *ref = ph(&p, (float *)malloc((size_t)M * N * sizeof(float)));
-        float *ref2 = ph(&p, (float *)malloc((size_t)M * N * sizeof(float)));
+        float *ref = gu_ph(&p, (float *)malloc((size_t)M * N * sizeof(float)));
+        float *ref2 = gu_ph(&p, (float *)malloc((size_t)M * N * sizeof(float)));
         kcpu_matmul_forward(ref, inp, w, b, M, K, N);
         kcpu_matmul_forward(ref2, inp, w, NULL, M, K, N);
-        float *rdinp = hcopy(&p, dinp0, (size_t)M * K), *rdw = hcopy(&p, dw0, (size_t)N * K);
-        float *rdb = hcopy(&p, db0, N);
+        float *rdinp = gu_hcopy(&p, dinp0, (size_t)M * K), *rdw = gu_hcopy(&p, dw0, (size_t)N * K);
+        float *rdb = gu_hcopy(&p, db0, N);
         kcpu_matmul_backward(rdinp, rdw, rdb, dout, inp, w, M, K, N);
 
         int r1, r2, r3;
@@ -161,7 +113,7 @@ static int t_matmul(struct tctx *t, int bf16)
         }
         if (!rc_ok(t, r1, "matmul_forward(bias)") || !rc_ok(t, r2, "matmul_forward") ||
             !rc_ok(t, r3, "matmul_backward")) {
-            pool_free(&p);
+            gu_pool_free(&p);
             return 1;
         }
         char nm[64];
@@ -171,7 +123,7 @@ static int t_matmul(struct tctx *t, int bf16)
         fail |= check(t, "dinp", d_dinp, rdinp, (size_t)M * K, bf16);
         fail |= check(t, "dweight", d_dw, rdw, (size_t)N * K, bf16);
         fail |= check(t, "dbias", d_db, rdb, N, bf16);
-        pool_free(&p);
+        gu_pool_free(&p);
     }
     return fail;
 }
@@ -186,33 +138,33 @@ static int t_matmul_f32w(struct tctx *t)
     int fail = 0;
     for (size_t s = 0; s < sizeof gemm_shapes / sizeof gemm_shapes[0]; s++) {
         int M = gemm_shapes[s][0], K = gemm_shapes[s][1], N = gemm_shapes[s][2];
-        struct pool p = {};
-        float *inp = ph(&p, gu_rand(&t->rng, (size_t)M * K, -1, 1, 1));
-        float *w = ph(&p, gu_rand(&t->rng, (size_t)N * K, -1, 1, 1));
-        float *dout = ph(&p, gu_rand(&t->rng, (size_t)M * N, -1, 1, 1));
-        float *dinp0 = ph(&p, gu_rand(&t->rng, (size_t)M * K, -1, 1, 1));
-        float *dw0 = ph(&p, gu_rand(&t->rng, (size_t)N * K, -1, 1, 0));
-        void *d_inp = pd(&p, gu_upload(inp, (size_t)M * K, 1));
-        void *d_w = pd(&p, gu_upload(w, (size_t)N * K, 1));
-        void *d_dout = pd(&p, gu_upload(dout, (size_t)M * N, 1));
-        void *d_dinp_acc = pd(&p, gu_upload(dinp0, (size_t)M * K, 1));
-        void *d_dinp_set = pd(&p, gu_poisoned((size_t)M * K, 1));
-        void *d_dw = pd(&p, gu_upload(dw0, (size_t)N * K, 0));
+        struct gu_pool p = {};
+        float *inp = gu_ph(&p, gu_rand(&t->rng, (size_t)M * K, -1, 1, 1));
+        float *w = gu_ph(&p, gu_rand(&t->rng, (size_t)N * K, -1, 1, 1));
+        float *dout = gu_ph(&p, gu_rand(&t->rng, (size_t)M * N, -1, 1, 1));
+        float *dinp0 = gu_ph(&p, gu_rand(&t->rng, (size_t)M * K, -1, 1, 1));
+        float *dw0 = gu_ph(&p, gu_rand(&t->rng, (size_t)N * K, -1, 1, 0));
+        void *d_inp = gu_pd(&p, gu_upload(inp, (size_t)M * K, 1));
+        void *d_w = gu_pd(&p, gu_upload(w, (size_t)N * K, 1));
+        void *d_dout = gu_pd(&p, gu_upload(dout, (size_t)M * N, 1));
+        void *d_dinp_acc = gu_pd(&p, gu_upload(dinp0, (size_t)M * K, 1));
+        void *d_dinp_set = gu_pd(&p, gu_poisoned((size_t)M * K, 1));
+        void *d_dw = gu_pd(&p, gu_upload(dw0, (size_t)N * K, 0));
         if (!d_inp || !d_w || !d_dout || !d_dinp_acc || !d_dinp_set || !d_dw) {
-            pool_free(&p);
+            gu_pool_free(&p);
             return 1;
         }
-        float *zero = ph(&p, (float *)calloc((size_t)M * K, sizeof(float)));
-        float *rdinp = hcopy(&p, dinp0, (size_t)M * K), *rdw = hcopy(&p, dw0, (size_t)N * K);
+        float *zero = gu_ph(&p, (float *)calloc((size_t)M * K, sizeof(float)));
+        float *rdinp = gu_hcopy(&p, dinp0, (size_t)M * K), *rdw = gu_hcopy(&p, dw0, (size_t)N * K);
         kcpu_matmul_backward(rdinp, rdw, NULL, dout, inp, w, M, K, N);
         kcpu_matmul_backward(zero, NULL, NULL, dout, inp, w, M, K, N);
-        void *d_dw2 = pd(&p, gu_upload(dw0, (size_t)N * K, 0));
-        void *d_db = pd(&p, gu_poisoned(N, 0));
+        void *d_dw2 = gu_pd(&p, gu_upload(dw0, (size_t)N * K, 0));
+        void *d_db = gu_pd(&p, gu_poisoned(N, 0));
         if (!d_dw2 || !d_db) {
-            pool_free(&p);
+            gu_pool_free(&p);
             return 1;
         }
-        float *rdb = ph(&p, (float *)calloc(N, sizeof(float)));
+        float *rdb = gu_ph(&p, (float *)calloc(N, sizeof(float)));
         kcpu_matmul_backward(NULL, NULL, rdb, dout, inp, w, M, K, N);
         int r1 = kcuda_matmul_backward_bf16_f32w(t->k, (kcuda_bf16 *)d_dinp_acc, 1, (float *)d_dw,
                                                  NULL, (kcuda_bf16 *)d_dout, (kcuda_bf16 *)d_inp,
@@ -232,7 +184,7 @@ static int t_matmul_f32w(struct tctx *t)
             printf("# [%d,%d,%d] fused bias gradient not offered: %s\n", M, K, N,
                    kcuda_ctx_errmsg(t->k));
         if (!rc_ok(t, r1, "matmul_backward_f32w") || !rc_ok(t, r2, "matmul_backward_f32w(set)")) {
-            pool_free(&p);
+            gu_pool_free(&p);
             return 1;
         }
         char nm[64];
@@ -244,7 +196,7 @@ static int t_matmul_f32w(struct tctx *t)
         }
         fail |= check(t, "dinp (accumulated)", d_dinp_acc, rdinp, (size_t)M * K, 1);
         fail |= check(t, "dinp (overwritten)", d_dinp_set, zero, (size_t)M * K, 1);
-        pool_free(&p);
+        gu_pool_free(&p);
     }
     return fail;
 }
@@ -253,13 +205,13 @@ static int t_matmul_bf16(struct tctx *t) { return t_matmul(t, 1); }
 /* The second call of a shape must reuse the cached algorithm, not ask again. */
 static int t_gemm_cache(struct tctx *t)
 {
-    struct pool p = {};
+    struct gu_pool p = {};
     int M = 48, K = 64, N = 80, e0, e1, e2;
     long h0, h1, h2, m0, m1, m2;
-    float *a = ph(&p, gu_rand(&t->rng, (size_t)M * K, -1, 1, 1));
-    float *w = ph(&p, gu_rand(&t->rng, (size_t)N * K, -1, 1, 1));
-    void *da = pd(&p, gu_upload(a, (size_t)M * K, 1)), *dw = pd(&p, gu_upload(w, (size_t)N * K, 1));
-    void *dout = pd(&p, gu_poisoned((size_t)M * N, 1));
+    float *a = gu_ph(&p, gu_rand(&t->rng, (size_t)M * K, -1, 1, 1));
+    float *w = gu_ph(&p, gu_rand(&t->rng, (size_t)N * K, -1, 1, 1));
+    void *da = gu_pd(&p, gu_upload(a, (size_t)M * K, 1)), *dw = gu_pd(&p, gu_upload(w, (size_t)N * K, 1));
+    void *dout = gu_pd(&p, gu_poisoned((size_t)M * N, 1));
     int fail = !da || !dw || !dout;
     kcuda_ctx_gemm_stats(t->k, &e0, &h0, &m0);
     fail |= !rc_ok(t, kcuda_matmul_forward_bf16(t->k, (kcuda_bf16 *)dout, (kcuda_bf16 *)da,
@@ -277,25 +229,25 @@ static int t_gemm_cache(struct tctx *t)
     /* A cached entry keeps its descriptors; the bias pointer must still be this call's:
      * two fp32 forwards of one shape with different biases differ by exactly b2 - b1. */
     {
-        float *x = ph(&p, gu_rand(&t->rng, (size_t)M * K, -1, 1, 0));
-        float *wf = ph(&p, gu_rand(&t->rng, (size_t)N * K, -1, 1, 0));
-        float *b1 = ph(&p, gu_rand(&t->rng, N, -1, 1, 0)), *b2 = ph(&p, gu_rand(&t->rng, N, -1, 1, 0));
-        void *dx = pd(&p, gu_upload(x, (size_t)M * K, 0)), *dwf = pd(&p, gu_upload(wf, (size_t)N * K, 0));
-        void *db1 = pd(&p, gu_upload(b1, N, 0)), *db2 = pd(&p, gu_upload(b2, N, 0));
-        void *o1 = pd(&p, gu_poisoned((size_t)M * N, 0)), *o2 = pd(&p, gu_poisoned((size_t)M * N, 0));
+        float *x = gu_ph(&p, gu_rand(&t->rng, (size_t)M * K, -1, 1, 0));
+        float *wf = gu_ph(&p, gu_rand(&t->rng, (size_t)N * K, -1, 1, 0));
+        float *b1 = gu_ph(&p, gu_rand(&t->rng, N, -1, 1, 0)), *b2 = gu_ph(&p, gu_rand(&t->rng, N, -1, 1, 0));
+        void *dx = gu_pd(&p, gu_upload(x, (size_t)M * K, 0)), *dwf = gu_pd(&p, gu_upload(wf, (size_t)N * K, 0));
+        void *db1 = gu_pd(&p, gu_upload(b1, N, 0)), *db2 = gu_pd(&p, gu_upload(b2, N, 0));
+        void *o1 = gu_pd(&p, gu_poisoned((size_t)M * N, 0)), *o2 = gu_pd(&p, gu_poisoned((size_t)M * N, 0));
         if (!dx || !dwf || !db1 || !db2 || !o1 || !o2) {
-            pool_free(&p);
+            gu_pool_free(&p);
             return 1;
         }
         fail |= !rc_ok(t, kcuda_matmul_forward_f32(t->k, (float *)o1, (float *)dx, (float *)dwf,
                                                     (float *)db1, M, K, N), "bias 1");
         fail |= !rc_ok(t, kcuda_matmul_forward_f32(t->k, (float *)o2, (float *)dx, (float *)dwf,
                                                     (float *)db2, M, K, N), "bias 2");
-        float *g1 = ph(&p, gu_download(o1, (size_t)M * N, 0));
-        float *g2 = ph(&p, gu_download(o2, (size_t)M * N, 0));
-        float *d = ph(&p, (float *)malloc((size_t)M * N * 4)), *r = ph(&p, (float *)malloc((size_t)M * N * 4));
+        float *g1 = gu_ph(&p, gu_download(o1, (size_t)M * N, 0));
+        float *g2 = gu_ph(&p, gu_download(o2, (size_t)M * N, 0));
+        float *d = gu_ph(&p, (float *)malloc((size_t)M * N * 4)), *r = gu_ph(&p, (float *)malloc((size_t)M * N * 4));
         if (!g1 || !g2) {
-            pool_free(&p);
+            gu_pool_free(&p);
             return 1;
         }
         for (int i = 0; i < M; i++)
@@ -318,7 +270,7 @@ static int t_gemm_cache(struct tctx *t)
         printf("# bad shape: rc %d, message '%s'\n", rc, kcuda_ctx_errmsg(t->k));
         fail = 1;
     }
-    pool_free(&p);
+    gu_pool_free(&p);
     return fail;
 }
 
@@ -331,24 +283,24 @@ static int t_rmsnorm(struct tctx *t, int bf16)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int N = shapes[s][0], C = shapes[s][1];
         size_t nc = (size_t)N * C;
-        struct pool p = {};
-        float *x = ph(&p, gu_rand(&t->rng, nc, -2, 2, bf16));
-        float *w = ph(&p, gu_rand(&t->rng, C, 0.5f, 1.5f, bf16));
-        float *dy = ph(&p, gu_rand(&t->rng, nc, -1, 1, bf16));
-        float *dx0 = ph(&p, gu_rand(&t->rng, nc, -1, 1, bf16));
-        float *dw0 = ph(&p, gu_rand(&t->rng, C, -1, 1, 0));
-        float *ref = ph(&p, (float *)malloc(nc * 4)), *rstd = ph(&p, (float *)malloc(N * 4));
+        struct gu_pool p = {};
+        float *x = gu_ph(&p, gu_rand(&t->rng, nc, -2, 2, bf16));
+        float *w = gu_ph(&p, gu_rand(&t->rng, C, 0.5f, 1.5f, bf16));
+        float *dy = gu_ph(&p, gu_rand(&t->rng, nc, -1, 1, bf16));
+        float *dx0 = gu_ph(&p, gu_rand(&t->rng, nc, -1, 1, bf16));
+        float *dw0 = gu_ph(&p, gu_rand(&t->rng, C, -1, 1, 0));
+        float *ref = gu_ph(&p, (float *)malloc(nc * 4)), *rstd = gu_ph(&p, (float *)malloc(N * 4));
         kcpu_rmsnorm_forward(ref, rstd, x, w, N, C, 1e-6f);
-        float *rdx = hcopy(&p, dx0, nc), *rdw = hcopy(&p, dw0, C);
+        float *rdx = gu_hcopy(&p, dx0, nc), *rdw = gu_hcopy(&p, dw0, C);
         kcpu_rmsnorm_backward(rdx, rdw, dy, x, w, rstd, N, C);
-        void *d_x = pd(&p, gu_upload(x, nc, bf16)), *d_w = pd(&p, gu_upload(w, C, bf16));
-        void *d_dy = pd(&p, gu_upload(dy, nc, bf16)), *d_dx = pd(&p, gu_upload(dx0, nc, bf16));
-        void *d_dw = pd(&p, gu_upload(dw0, C, 0));
+        void *d_x = gu_pd(&p, gu_upload(x, nc, bf16)), *d_w = gu_pd(&p, gu_upload(w, C, bf16));
+        void *d_dy = gu_pd(&p, gu_upload(dy, nc, bf16)), *d_dx = gu_pd(&p, gu_upload(dx0, nc, bf16));
+        void *d_dw = gu_pd(&p, gu_upload(dw0, C, 0));
         /* the backward reads the reference rstd, so that it is tested on its own */
-        void *d_rstd_ref = pd(&p, gu_upload(rstd, N, 0));
-        void *d_out = pd(&p, gu_poisoned(nc, bf16)), *d_rstd = pd(&p, gu_poisoned(N, 0));
+        void *d_rstd_ref = gu_pd(&p, gu_upload(rstd, N, 0));
+        void *d_out = gu_pd(&p, gu_poisoned(nc, bf16)), *d_rstd = gu_pd(&p, gu_poisoned(N, 0));
         if (!d_x || !d_w || !d_dy || !d_dx || !d_dw || !d_rstd_ref || !d_out || !d_rstd) {
-            pool_free(&p);
+            gu_pool_free(&p);
             return 1;
         }
         int r1, r2;
@@ -366,7 +318,7 @@ static int t_rmsnorm(struct tctx *t, int bf16)
                                             C);
         }
         if (!rc_ok(t, r1, "rmsnorm_forward") || !rc_ok(t, r2, "rmsnorm_backward")) {
-            pool_free(&p);
+            gu_pool_free(&p);
             return 1;
         }
         fail |= check(t, "out", d_out, ref, nc, bf16);
@@ -386,7 +338,7 @@ static int t_rmsnorm(struct tctx *t, int bf16)
         } else {
             fail |= check(t, "dweight", d_dw, rdw, C, 0);
         }
-        pool_free(&p);
+        gu_pool_free(&p);
     }
     return fail;
 }
@@ -400,18 +352,18 @@ static int t_swiglu(struct tctx *t, int bf16)
 {
     int N = 77, F = 1000;
     size_t nf = (size_t)N * F;
-    struct pool p = {};
-    float *x = ph(&p, gu_rand(&t->rng, 2 * nf, -4, 4, bf16));
-    float *dy = ph(&p, gu_rand(&t->rng, nf, -1, 1, bf16));
-    float *dx0 = ph(&p, gu_rand(&t->rng, 2 * nf, -1, 1, bf16));
-    float *ref = ph(&p, (float *)malloc(nf * 4)), *rdx = hcopy(&p, dx0, 2 * nf);
+    struct gu_pool p = {};
+    float *x = gu_ph(&p, gu_rand(&t->rng, 2 * nf, -4, 4, bf16));
+    float *dy = gu_ph(&p, gu_rand(&t->rng, nf, -1, 1, bf16));
+    float *dx0 = gu_ph(&p, gu_rand(&t->rng, 2 * nf, -1, 1, bf16));
+    float *ref = gu_ph(&p, (float *)malloc(nf * 4)), *rdx = gu_hcopy(&p, dx0, 2 * nf);
     kcpu_swiglu_forward(ref, x, N, F);
     kcpu_swiglu_backward(rdx, dy, x, N, F);
-    void *d_x = pd(&p, gu_upload(x, 2 * nf, bf16)), *d_dy = pd(&p, gu_upload(dy, nf, bf16));
-    void *d_dx = pd(&p, gu_upload(dx0, 2 * nf, bf16)), *d_out = pd(&p, gu_poisoned(nf, bf16));
+    void *d_x = gu_pd(&p, gu_upload(x, 2 * nf, bf16)), *d_dy = gu_pd(&p, gu_upload(dy, nf, bf16));
+    void *d_dx = gu_pd(&p, gu_upload(dx0, 2 * nf, bf16)), *d_out = gu_pd(&p, gu_poisoned(nf, bf16));
     int fail = 0;
     if (!d_x || !d_dy || !d_dx || !d_out) {
-        pool_free(&p);
+        gu_pool_free(&p);
         return 1;
     }
     int r1, r2;
@@ -424,12 +376,12 @@ static int t_swiglu(struct tctx *t, int bf16)
         r2 = kcuda_swiglu_backward_f32(t->k, (float *)d_dx, (float *)d_dy, (float *)d_x, N, F);
     }
     if (!rc_ok(t, r1, "swiglu_forward") || !rc_ok(t, r2, "swiglu_backward")) {
-        pool_free(&p);
+        gu_pool_free(&p);
         return 1;
     }
     fail |= check(t, "out", d_out, ref, nf, bf16);
     fail |= check(t, "dinp", d_dx, rdx, 2 * nf, bf16);
-    pool_free(&p);
+    gu_pool_free(&p);
     return fail;
 }
 
@@ -445,10 +397,10 @@ static int t_crossentropy(struct tctx *t)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int N = shapes[s][0], V = shapes[s][1];
         size_t nv = (size_t)N * V;
-        struct pool p = {};
-        float *l = ph(&p, gu_rand(&t->rng, nv, -8, 8, 0));
-        float *dl0 = ph(&p, gu_rand(&t->rng, nv, -1, 1, 0));
-        float *dloss = ph(&p, gu_rand(&t->rng, N, 0.1f, 1, 0));
+        struct gu_pool p = {};
+        float *l = gu_ph(&p, gu_rand(&t->rng, nv, -8, 8, 0));
+        float *dl0 = gu_ph(&p, gu_rand(&t->rng, nv, -1, 1, 0));
+        float *dloss = gu_ph(&p, gu_rand(&t->rng, N, 0.1f, 1, 0));
         int *tg = (int *)malloc(N * sizeof(int));
         for (int i = 0; i < N; i++)
             tg[i] = (int)(gu_next(&t->rng) % (uint64_t)V);
@@ -456,18 +408,18 @@ static int t_crossentropy(struct tctx *t)
         int bad = N > 2 ? N - 1 : -1;
         if (bad >= 0)
             tg[bad] = V + 3;      /* an invalid target: loss NaN, no gradient */
-        float *ref = ph(&p, (float *)malloc(N * 4)), *rdl = hcopy(&p, dl0, nv);
+        float *ref = gu_ph(&p, (float *)malloc(N * 4)), *rdl = gu_hcopy(&p, dl0, nv);
         kcpu_crossentropy_forward(ref, l, tg, N, V, ignore);
         kcpu_crossentropy_backward(rdl, l, tg, dloss, N, V, ignore);
-        void *d_l = pd(&p, gu_upload(l, nv, 0)), *d_dl = pd(&p, gu_upload(dl0, nv, 0));
-        void *d_dloss = pd(&p, gu_upload(dloss, N, 0)), *d_loss = pd(&p, gu_poisoned(N, 0));
+        void *d_l = gu_pd(&p, gu_upload(l, nv, 0)), *d_dl = gu_pd(&p, gu_upload(dl0, nv, 0));
+        void *d_dloss = gu_pd(&p, gu_upload(dloss, N, 0)), *d_loss = gu_pd(&p, gu_poisoned(N, 0));
         int *d_tg = NULL;
         if (!gu_ck(cudaMalloc(&d_tg, N * sizeof(int)), "cudaMalloc"))
-            pd(&p, d_tg);
+            gu_pd(&p, d_tg);
         if (!d_l || !d_dl || !d_dloss || !d_loss || !d_tg ||
             gu_ck(cudaMemcpy(d_tg, tg, N * sizeof(int), cudaMemcpyHostToDevice), "targets")) {
             free(tg);
-            pool_free(&p);
+            gu_pool_free(&p);
             return 1;
         }
         int r1 = kcuda_crossentropy_forward_f32(t->k, (float *)d_loss, (float *)d_l, d_tg, N,
@@ -476,15 +428,15 @@ static int t_crossentropy(struct tctx *t)
                                                  (float *)d_dloss, N, V, ignore);
         free(tg);
         if (!rc_ok(t, r1, "crossentropy_forward") || !rc_ok(t, r2, "crossentropy_backward")) {
-            pool_free(&p);
+            gu_pool_free(&p);
             return 1;
         }
         float *got = gu_download(d_loss, N, 0);
         if (!got) {
-            pool_free(&p);
+            gu_pool_free(&p);
             return 1;
         }
-        ph(&p, got);
+        gu_ph(&p, got);
         if (bad >= 0) {
             if (!isnan(got[bad]) || !isnan(ref[bad])) {
                 printf("# invalid target: loss %g (reference %g), want NaN\n", got[bad],
@@ -505,7 +457,7 @@ static int t_crossentropy(struct tctx *t)
             fail = 1;
         }
         fail |= check(t, "dlogits", d_dl, rdl, nv, 0);
-        pool_free(&p);
+        gu_pool_free(&p);
     }
     return fail;
 }
@@ -515,15 +467,15 @@ static int t_crossentropy(struct tctx *t)
 static int t_adamw(struct tctx *t)
 {
     size_t n = 100003;
-    struct pool p = {};
-    float *pm = ph(&p, gu_rand(&t->rng, n, -1, 1, 0));
-    float *m = ph(&p, gu_rand(&t->rng, n, -0.1f, 0.1f, 0));
-    float *v = ph(&p, gu_rand(&t->rng, n, 0, 0.01f, 0));
-    void *d_p = pd(&p, gu_upload(pm, n, 0)), *d_m = pd(&p, gu_upload(m, n, 0));
-    void *d_v = pd(&p, gu_upload(v, n, 0)), *d_pb = pd(&p, gu_poisoned(n, 1));
+    struct gu_pool p = {};
+    float *pm = gu_ph(&p, gu_rand(&t->rng, n, -1, 1, 0));
+    float *m = gu_ph(&p, gu_rand(&t->rng, n, -0.1f, 0.1f, 0));
+    float *v = gu_ph(&p, gu_rand(&t->rng, n, 0, 0.01f, 0));
+    void *d_p = gu_pd(&p, gu_upload(pm, n, 0)), *d_m = gu_pd(&p, gu_upload(m, n, 0));
+    void *d_v = gu_pd(&p, gu_upload(v, n, 0)), *d_pb = gu_pd(&p, gu_poisoned(n, 1));
     int fail = 0;
     if (!d_p || !d_m || !d_v || !d_pb) {
-        pool_free(&p);
+        gu_pool_free(&p);
         return 1;
     }
     for (int step = 1; step <= 3; step++) {
@@ -538,7 +490,7 @@ static int t_adamw(struct tctx *t)
         int ok = rc_ok(t, rc, "adamw_update");
         cudaFree(d_g);
         if (!ok) {
-            pool_free(&p);
+            gu_pool_free(&p);
             return 1;
         }
     }
@@ -546,7 +498,7 @@ static int t_adamw(struct tctx *t)
     fail |= check(t, "m", d_m, m, n, 0);
     fail |= check(t, "v", d_v, v, n, 0);
     /* the bf16 copy is exactly the rounding of the fp32 parameters written */
-    float *gp = ph(&p, gu_download(d_p, n, 0)), *gb = ph(&p, gu_download(d_pb, n, 1));
+    float *gp = gu_ph(&p, gu_download(d_p, n, 0)), *gb = gu_ph(&p, gu_download(d_pb, n, 1));
     size_t mism = 0;
     for (size_t i = 0; gp && gb && i < n; i++)
         mism += gu_to_bf16(gp[i]) != gu_to_bf16(gb[i]) || isnan(gb[i]);
@@ -554,18 +506,13 @@ static int t_adamw(struct tctx *t)
         printf("# bf16 parameter copy: %zu of %zu elements differ\n", mism, n);
         fail = 1;
     }
-    pool_free(&p);
+    gu_pool_free(&p);
     return fail;
 }
 
 /* ---- runner ---------------------------------------------------------------------- */
 
-struct test {
-    const char *name;
-    int (*fn)(struct tctx *);
-};
-
-static const struct test tests[] = {
+static const struct gu_test<struct tctx> tests[] = {
     {"matmul_f32", t_matmul_f32},       {"matmul_bf16", t_matmul_bf16},
     {"matmul_bf16_f32w", t_matmul_f32w},
     {"gemm_algo_cache", t_gemm_cache},  {"rmsnorm_f32", t_rmsnorm_f32},
@@ -574,48 +521,11 @@ static const struct test tests[] = {
     {"adamw", t_adamw},
 };
 
+static void reset_worst(struct tctx *t) { t->worst = 0; }
+
 int main(void)
 {
-    int ntests = (int)(sizeof tests / sizeof tests[0]), ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0) {
-        printf("1..1\nnot ok 1 - gpu kernels # SKIP no CUDA device (%s)\n",
-               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-        return 0;
-    }
-    struct tctx t;
-    memset(&t, 0, sizeof t);
-    const char *se = getenv("HEARTH_SEED");
-    uint64_t seed = se ? strtoull(se, NULL, 10)
-                       : ((uint64_t)time(NULL) * 2654435761u) ^ (uint64_t)clock();
-    if (seed == 0)
-        seed = 1;
-    t.rng = seed;
-    cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
-        printf("# device: %s (sm_%d%d), seed %llu\n", prop.name, prop.major, prop.minor,
-               (unsigned long long)seed);
-    char err[256];
-    int rc = kcuda_ctx_create(&t.k, NULL, 0, err, sizeof err);
-    printf("1..%d\n", ntests);
-    if (rc < 0) {
-        printf("# %s\n", err);
-        for (int i = 0; i < ntests; i++)
-            printf("not ok %d - %s\n", i + 1, tests[i].name);
-        return 1;
-    }
-    int failed = 0;
-    for (int i = 0; i < ntests; i++) {
-        t.worst = 0;
-        t.note[0] = 0;
-        int f = tests[i].fn(&t);
-        printf("%s %d - %s #%s\n", f ? "not ok" : "ok", i + 1, tests[i].name, t.note);
-        if (f) {
-            printf("# replay with HEARTH_SEED=%llu\n", (unsigned long long)seed);
-            failed++;
-        }
-        fflush(stdout);
-    }
-    kcuda_ctx_free(t.k);
-    return failed ? 1 : 0;
+    static struct tctx t;
+    int n = (int)(sizeof tests / sizeof tests[0]);
+    return gu_tap_main("gpu kernels", tests, n, &t, reset_worst);
 }

@@ -18,9 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "gpu_util.h"
+#include "gpu_tap.h"
 #include "gpu/gpt_gpu_kernels.h"   /* C++ linkage, as gpt_gpu_kernels.cu */
 
 extern "C" {
@@ -205,21 +204,10 @@ static void kernel_checks(uint64_t *rng)
 
 int main(void)
 {
-    const char *se = getenv("HEARTH_SEED");
-    uint64_t seed = se ? strtoull(se, NULL, 10)
-                       : ((uint64_t)time(NULL) * 2654435761u) ^ (uint64_t)clock();
-    if (seed == 0)
-        seed = 1;
-    uint64_t rng = seed;
-    int ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    int have_dev = e == cudaSuccess && ndev > 0;
-    cudaDeviceProp prop;
-    if (have_dev && cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
-        printf("# device: %s (sm_%d%d), seed %llu\n", prop.name, prop.major, prop.minor,
-               (unsigned long long)seed);
-    else
-        printf("# device: none, seed %llu\n", (unsigned long long)seed);
+    uint64_t seed = gu_seed(), rng = seed;
+    const char *no_dev = "";
+    int have_dev = gu_device_count(&no_dev) > 0;
+    gu_device_line(seed); /* "none" without a device */
 
     /* The CPU reference. */
     model_shape shape;
@@ -234,8 +222,7 @@ int main(void)
     printf("1..%d\n", have_dev ? 2 + 1 + 1 + nt_cpu + 1 + 1 + 1 + 1 : 3);
     host_checks(cm);
     if (!have_dev) {
-        printf("not ok 3 - gpu training step # SKIP no CUDA device (%s)\n",
-               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        printf("not ok 3 - gpu training step # SKIP no CUDA device (%s)\n", no_dev);
         model_free(cm);
         return failed ? 1 : 0;
     }

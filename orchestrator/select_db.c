@@ -1,8 +1,8 @@
 /* select_db.c - layer benchmark sets, decisions and matching runs in the results
  * database (select_db.h). */
+#include "render.h"
 #include "select_db.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,39 +121,6 @@ int select_bench_parse(const char *file, const char *text, size_t len, select_be
     return rc;
 }
 
-static int read_file(const char *path, char **text, size_t *len, hearth_err *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return herr_set(err, HERR_IO, "%s: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 4096 > cap) {
-            char *g = realloc(buf, cap = cap * 2 + 8192);
-            if (!g) {
-                free(buf);
-                fclose(f);
-                return herr_set(err, HERR_NOMEM, "out of memory");
-            }
-            buf = g;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0)
-            break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return herr_set(err, HERR_IO, "%s: read failed", path);
-    }
-    *text = buf;
-    *len = n;
-    return 0;
-}
-
 int select_bench_ingest(hearth_db *db, const char *path, int64_t run, int *added,
                         select_bench_set *set, hearth_err *err)
 {
@@ -162,7 +129,7 @@ int select_bench_ingest(hearth_db *db, const char *path, int64_t run, int *added
     select_bench_set b;
     if (added)
         *added = 0;
-    int rc = read_file(path, &text, &len, err);
+    int rc = render_read_file(path, &text, &len, err);
     if (rc)
         return rc;
     if ((rc = select_bench_parse(path, text, len, &b, err))) {

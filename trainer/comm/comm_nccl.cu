@@ -327,6 +327,29 @@ static int nccl_group_create(comm *any, const int *ranks, int n, comm **out, hea
 /* Element offset i of a dtype buffer. */
 static const char *at(const void *p, size_t i, size_t es) { return (const char *)p + i * es; }
 
+/* Peer j's part of a grouped exchange: counts and displacements (elements) of what goes
+ * to j and comes from j; *soff and *roff advance over the packed layouts. */
+static void peer_part(const comm_args *a, int j, size_t *soff, size_t *roff, size_t *sc,
+                      size_t *rc, size_t *sd, size_t *rd)
+{
+    if (a->kind == COMM_K_ALL_GATHERV) {
+        *sc = a->count;
+        *sd = 0;
+        *rc = a->recv_counts[j];
+        *rd = a->recv_displs ? a->recv_displs[j] : *roff;
+    } else if (a->kind == COMM_K_ALL_TO_ALL) {
+        *sc = *rc = a->count;
+        *sd = *rd = (size_t)j * a->count;
+    } else {
+        *sc = a->send_counts[j];
+        *rc = a->recv_counts[j];
+        *sd = a->send_displs ? a->send_displs[j] : *soff;
+        *rd = a->recv_displs ? a->recv_displs[j] : *roff;
+    }
+    *soff += *sc;
+    *roff += *rc;
+}
+
 /* Grouped sends and receives (all_gatherv, all_to_all(v)): the part for this rank itself
  * is a device copy on the same stream, so that no NCCL send-to-self is needed. */
 static int exchange(comm *c, const comm_args *a, hearth_err *err)
@@ -335,56 +358,19 @@ static int exchange(comm *c, const comm_args *a, hearth_err *err)
     size_t es = comm_dtype_size(a->dt);
     int me = c->rank;
     const char *what = comm_kind_op_name(a->kind);
-    size_t soff = 0, roff = 0;
-    /* pass 1: the self copy */
-    for (int j = 0; j < c->size; j++) {
-        size_t sc, rc, sd, rd;
-        if (a->kind == COMM_K_ALL_GATHERV) {
-            sc = j == me ? a->count : 0;
-            sd = 0;
-            rc = a->recv_counts[j];
-            rd = a->recv_displs ? a->recv_displs[j] : roff;
-        } else if (a->kind == COMM_K_ALL_TO_ALL) {
-            sc = rc = a->count;
-            sd = rd = (size_t)j * a->count;
-        } else {
-            sc = a->send_counts[j];
-            rc = a->recv_counts[j];
-            sd = a->send_displs ? a->send_displs[j] : soff;
-            rd = a->recv_displs ? a->recv_displs[j] : roff;
-        }
-        soff += sc;
-        roff += rc;
-        if (j == me) {
-            size_t n = a->kind == COMM_K_ALL_GATHERV ? a->count : sc;
-            const char *src = at(a->send, sd, es);
-            char *dst = (char *)at(a->recv, rd, es);
-            if (n && src != dst)
-                CU(cudaMemcpyAsync(dst, src, n * es, cudaMemcpyDeviceToDevice, h->st), what);
-        }
-    }
+    size_t soff = 0, roff = 0, sc, rc, sd, rd;
+    for (int j = 0; j <= me; j++)
+        peer_part(a, j, &soff, &roff, &sc, &rc, &sd, &rd);
+    const char *src = at(a->send, sd, es);
+    char *dst = (char *)at(a->recv, rd, es);
+    if (sc && src != dst)
+        CU(cudaMemcpyAsync(dst, src, sc * es, cudaMemcpyDeviceToDevice, h->st), what);
     if (c->size > 1) {
         soff = roff = 0;
         NC(h->nc, ncclGroupStart(), "ncclGroupStart");
         ncclResult_t r = ncclSuccess;
         for (int j = 0; j < c->size; j++) {
-            size_t sc, rc, sd, rd;
-            if (a->kind == COMM_K_ALL_GATHERV) {
-                sc = a->count;
-                sd = 0;
-                rc = a->recv_counts[j];
-                rd = a->recv_displs ? a->recv_displs[j] : roff;
-            } else if (a->kind == COMM_K_ALL_TO_ALL) {
-                sc = rc = a->count;
-                sd = rd = (size_t)j * a->count;
-            } else {
-                sc = a->send_counts[j];
-                rc = a->recv_counts[j];
-                sd = a->send_displs ? a->send_displs[j] : soff;
-                rd = a->recv_displs ? a->recv_displs[j] : roff;
-            }
-            soff += sc;
-            roff += rc;
+            peer_part(a, j, &soff, &roff, &sc, &rc, &sd, &rd);
             if (j == me)
                 continue;
             if (sc && r == ncclSuccess)

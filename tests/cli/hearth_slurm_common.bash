@@ -124,3 +124,23 @@ sql() { sqlite3 -batch -noheader -cmd '.timeout 10000' "$T/h.db" "$1"; }
 
 # real TOOL ARGS...: the real Slurm command, not logged in calls.log.
 real() { PATH=${PATH#"$T/bin:"} "$@"; }
+
+# A one-run experiment NAME whose trainer exits with a random code, submitted through
+# BACKEND: `hearth submit` exits 1 and the run is failed with that code after one attempt.
+# Needs ./trainer.sh (exits with the code in ./fail) and $TINY_BASE.  LABEL ends the
+# test's description.
+slurm_check_failing_run() {
+    local name=$1 backend=$2 label=$3
+    printf 'name: %s\ntrainer: ./trainer.sh\n%s\nretries: 0\n' "$name" "$TINY_BASE" >f.yaml
+    fail_code=$(( RANDOM % 50 + 3 ))
+    echo "$fail_code" >fail
+    run_h fail submit f.yaml --backend "$backend"
+    rm -f fail
+    fail_ok() {
+        rc_is fail 1 || return 1
+        [ "$(sql "select state, exit_code, attempts from runs where run_id = '$name-1'")" = "failed|$fail_code|1" ] ||
+            { sql "select run_id, state, exit_code, attempts from runs"; cat fail.err; return 1; }
+        grep -q "exit code $fail_code" fail.err
+    }
+    tap_check "a run exiting with $fail_code$label: failed, exit code $fail_code recorded" fail_ok
+}

@@ -14,23 +14,7 @@ tap_plan 9
 state() { sql "select state from runs where run_id = '$1'"; }
 
 # ---- a failing run ----
-cat >f.yaml <<EOF
-name: sljobs-fail
-trainer: ./trainer.sh
-$TINY_BASE
-retries: 0
-EOF
-code=$(( RANDOM % 50 + 3 ))
-echo "$code" >fail
-run_h fail submit f.yaml --backend slurm
-rm -f fail
-fail_ok() {
-    rc_is fail 1 || return 1
-    [ "$(sql "select state, exit_code, attempts from runs where run_id = 'sljobs-fail-1'")" = "failed|$code|1" ] ||
-        { sql "select run_id, state, exit_code, attempts from runs"; cat fail.err; return 1; }
-    grep -q "exit code $code" fail.err
-}
-tap_check "a run exiting with $code: failed, exit code $code recorded" fail_ok
+slurm_check_failing_run sljobs-fail slurm ""
 
 # ---- dependency: after a failed experiment ----
 cat >a.yaml <<EOF

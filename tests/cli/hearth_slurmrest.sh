@@ -81,23 +81,7 @@ nocmd_ok() {
 tap_check "slurmrest runs no Slurm command; 6 POSTs and one GET of the job listing per poll cycle (v0.0.38)" nocmd_ok
 
 # ---- a failing run ----
-cat >f.yaml <<EOF
-name: slrest-fail
-trainer: ./trainer.sh
-$TINY_BASE
-retries: 0
-EOF
-code=$(( RANDOM % 50 + 3 ))
-echo "$code" >fail
-run_h fail submit f.yaml --backend slurmrest
-rm -f fail
-fail_ok() {
-    rc_is fail 1 || return 1
-    [ "$(sql "select state, exit_code, attempts from runs where run_id = 'slrest-fail-1'")" = "failed|$code|1" ] ||
-        { sql "select run_id, state, exit_code, attempts from runs"; cat fail.err; return 1; }
-    grep -q "exit code $code" fail.err
-}
-tap_check "a run exiting with $code through slurmrest: failed, exit code $code recorded" fail_ok
+slurm_check_failing_run slrest-fail slurmrest " through slurmrest"
 
 # ---- cancel a running job (hearth cancel: DELETE .../job/ID) ----
 cat >c.yaml <<EOF

@@ -82,7 +82,6 @@ void pt_encode_free(ptrain *t)
     free(t->pixels);
     free(t->rows);
     free(t->counts);
-    free(t->displs);
     free(t->offload);
     free(t->offload_off);
     free(t->img_work);

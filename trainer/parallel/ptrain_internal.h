@@ -93,8 +93,8 @@ struct ptrain {
     size_t cap_grids, cap_pixels;
     float *rows;            /* gathered embeddings / packed gradients */
     size_t cap_rows;
-    size_t *counts, *displs;
-    size_t cap_counts, cap_displs;
+    size_t *counts;          /* gather counts per group rank */
+    size_t cap_counts;
     float *offload;         /* full_separation + offload: the step's embeddings, packed */
     size_t cap_offload;
     size_t *offload_off;    /* [M_local + 1]: where micro j's rows start in offload */

@@ -128,19 +128,20 @@ real() { PATH=${PATH#"$T/bin:"} "$@"; }
 # A one-run experiment NAME whose trainer exits with a random code, submitted through
 # BACKEND: `hearth submit` exits 1 and the run is failed with that code after one attempt.
 # Needs ./trainer.sh (exits with the code in ./fail) and $TINY_BASE.  LABEL ends the
-# test's description.
+# test's description.  (The check reads globals: tap_check's own locals would shadow
+# this function's.)
 slurm_check_failing_run() {
-    local name=$1 backend=$2 label=$3
-    printf 'name: %s\ntrainer: ./trainer.sh\n%s\nretries: 0\n' "$name" "$TINY_BASE" >f.yaml
+    fail_run_id=$1-1
+    printf 'name: %s\ntrainer: ./trainer.sh\n%s\nretries: 0\n' "$1" "$TINY_BASE" >f.yaml
     fail_code=$(( RANDOM % 50 + 3 ))
     echo "$fail_code" >fail
-    run_h fail submit f.yaml --backend "$backend"
+    run_h fail submit f.yaml --backend "$2"
     rm -f fail
     fail_ok() {
         rc_is fail 1 || return 1
-        [ "$(sql "select state, exit_code, attempts from runs where run_id = '$name-1'")" = "failed|$fail_code|1" ] ||
+        [ "$(sql "select state, exit_code, attempts from runs where run_id = '$fail_run_id'")" = "failed|$fail_code|1" ] ||
             { sql "select run_id, state, exit_code, attempts from runs"; cat fail.err; return 1; }
         grep -q "exit code $fail_code" fail.err
     }
-    tap_check "a run exiting with $fail_code$label: failed, exit code $fail_code recorded" fail_ok
+    tap_check "a run exiting with $fail_code$3: failed, exit code $fail_code recorded" fail_ok
 }

@@ -21,8 +21,8 @@
  *     |grad - fd| <= RTOL * max(|grad|, |fd|) + ATOL * scale + NOISE_MULT * noise * EPS/h
  * with scale the tensor's RMS checked gradient (entries) or ||grad|| (directions), so a
  * near-zero entry is not failed on noise alone.  A check over the tolerance is repeated
- * with a quarter of the step and passes if that one does (truncation error falls 16x, a
- * wrong gradient stays wrong).  Correct code passes with ratios below 0.5; a broken
+ * with a quarter, then a 16th and a 64th of the step and passes if one does (truncation
+ * error falls 16x each time, a wrong gradient stays wrong).  Correct code passes with ratios below 0.5; a broken
  * backward (a dropped factor or branch, a wrong index, a missing RoPE backward, image
  * rows leaking into the embedding gradient) fails by 2x to 100x.
  *
@@ -57,6 +57,7 @@
 #define N_LARGEST 2
 #define N_CANDIDATES 64
 #define MAX_TRIES 40
+#define RETRY_MAX_DIV 64   /* smallest retry step: EPS / 64 */
 
 typedef struct {
     model *m;
@@ -101,18 +102,15 @@ static int fd_step(fd_ctx *c, float *p, size_t i, double h, double *fd)
     return 1;
 }
 
-/* Central difference in entry p[i]; when the step changes the MoE routing, it is redone
+/* Central difference in entry p[i] with step h0; when the step changes the MoE routing, it is redone
  * with the routing pinned to the unperturbed one (smaller steps would keep the routing
  * more often, but their rounding noise grows as 1/h and swamps small gradients).
  * Returns 1 when the routing stayed as it was on its own, 0 when it had to be pinned
  * (counted as a skip). */
-static int fd_entry(fd_ctx *c, float *p, size_t i, double *fd, double *h_used)
+static int fd_entry(fd_ctx *c, float *p, size_t i, double h0, double *fd)
 {
-    double h0 = EPS * fmax(1.0, fabs((double)p[i]));
-    if (fd_step(c, p, i, h0, fd)) {
-        *h_used = h0;
+    if (fd_step(c, p, i, h0, fd))
         return 1;
-    }
     hearth_err err;
     if (model_pin_routing(c->m, c->route0, c->nroute, &err))
         fail_msg("model_pin_routing: %s", err.msg);
@@ -120,7 +118,6 @@ static int fd_entry(fd_ctx *c, float *p, size_t i, double *fd, double *h_used)
     model_pin_routing(c->m, NULL, 0, &err);
     if (!ok)
         fail_msg("the pinned routing changed");
-    *h_used = h0;
     return 0;
 }
 
@@ -271,7 +268,8 @@ static void gradcheck(model *m, const vlm_batch *b, float ls, float as, int n_un
             if (dup && n > (size_t)MAXS)
                 continue;
             tries++;
-            if (!fd_entry(&c, p, pick[j], &fd[k], &hs[k]))
+            hs[k] = EPS * fmax(1.0, fabs((double)p[pick[j]]));
+            if (!fd_entry(&c, p, pick[j], hs[k], &fd[k]))
                 rep->skipped++;
             idx[k++] = pick[j];
         }
@@ -283,12 +281,14 @@ static void gradcheck(model *m, const vlm_batch *b, float ls, float as, int n_un
         for (int j = 0; j < k; j++) {
             double gj = g[idx[j]];
             double ratio = entry_ratio(gj, fd[j], rms, noise, hs[j]);
-            /* Over the tolerance: again with a quarter of the step.  Truncation error
-             * (strong curvature, as tiny random shapes can have) drops 16x, a wrong
-             * gradient stays wrong at every step. */
-            double f2;
-            if (ratio > 1 && fd_step(&c, p, idx[j], hs[j] / 4, &f2)) {
-                double r2 = entry_ratio(gj, f2, rms, noise, hs[j] / 4);
+            /* Over the tolerance: again with a quarter, a 16th, a 64th of the step.
+             * Truncation error (strong curvature, as tiny random shapes can have) drops
+             * 16x each time (the noise allowance grows with 1/h), a wrong gradient stays
+             * wrong at every step. */
+            for (double div = 4; ratio > 1 && div <= RETRY_MAX_DIV; div *= 4) {
+                double f2;
+                fd_entry(&c, p, idx[j], hs[j] / div, &f2);
+                double r2 = entry_ratio(gj, f2, rms, noise, hs[j] / div);
                 if (r2 < ratio) {
                     ratio = r2;
                     fd[j] = f2;
@@ -316,10 +316,11 @@ static void gradcheck(model *m, const vlm_batch *b, float ls, float as, int n_un
             gd += (double)g[i] * v[i];
             gn += (double)g[i] * g[i];
         }
-        double ratio = entry_ratio(gd, fdd, sqrt(gn), noise, h), f2;
-        if (ratio > 1) {   /* as for entries: a quarter of the step */
-            fd_direction(&c, p, n, v, save, h / 4, &f2);
-            double r2 = entry_ratio(gd, f2, sqrt(gn), noise, h / 4);
+        double ratio = entry_ratio(gd, fdd, sqrt(gn), noise, h);
+        for (double div = 4; ratio > 1 && div <= RETRY_MAX_DIV; div *= 4) {   /* as entries */
+            double f2;
+            fd_direction(&c, p, n, v, save, h / div, &f2);
+            double r2 = entry_ratio(gd, f2, sqrt(gn), noise, h / div);
             if (r2 < ratio) {
                 ratio = r2;
                 fdd = f2;

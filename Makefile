@@ -9,6 +9,7 @@
 #   trainer/model/*.c     -> libhearth_model.a        (model forward/backward)
 #   trainer/comm/*.c      -> libhearth_comm.a         (communicator: collectives over groups)
 #   trainer/*.c           -> libhearth_train.a, except trainer/main.c
+#   trainer/prep/*.c      -> libhearth_prep.a, except trainer/prep/main.c (build/bin/hearth-prep)
 #   orchestrator/*.c      -> libhearth_orch.a, except orchestrator/main.c (build/bin/hearth)
 #   tests/unit/test_*.c   -> build/tests/test_*       (cmocka; helpers in tests/unit/support/)
 
@@ -38,6 +39,7 @@ SHAPE_SRC  := $(wildcard trainer/shape/*.c)
 MODEL_SRC  := $(wildcard trainer/model/*.c)
 COMM_SRC   := $(wildcard trainer/comm/*.c)
 TRAIN_SRC  := $(filter-out trainer/main.c,$(wildcard trainer/*.c)) $(wildcard trainer/parallel/*.c)
+PREP_SRC   := $(filter-out trainer/prep/main.c,$(wildcard trainer/prep/*.c))
 ORCH_SRC   := $(filter-out orchestrator/main.c,$(wildcard orchestrator/*.c))
 TEST_SUPPORT_SRC := $(wildcard tests/unit/support/*.c)
 TEST_SRC   := $(wildcard tests/unit/test_*.c)
@@ -52,13 +54,17 @@ LIB_MODEL   := $(BUILD)/lib/libhearth_model.a
 LIB_TRAIN   := $(BUILD)/lib/libhearth_train.a
 LIB_COMM    := $(BUILD)/lib/libhearth_comm.a
 LIB_ORCH    := $(BUILD)/lib/libhearth_orch.a
+LIB_PREP    := $(BUILD)/lib/libhearth_prep.a
 LIB_CUDA    := $(BUILD)/lib/libhearth_kernels_cuda.a
 # Link order: dependents first.
 TRAIN_LIBS := $(LIB_TRAIN) $(LIB_MODEL) $(LIB_COMM) $(LIB_SHAPE) $(LIB_KERNELS)
-TEST_LIBS  := $(LIB_ORCH) $(TRAIN_LIBS)
+TEST_LIBS  := $(LIB_ORCH) $(LIB_PREP) $(TRAIN_LIBS)
+# Image decoding: only hearth-prep and the tests link it.
+PREP_LDLIBS = -lpng -ljpeg
 
 TRAIN_BIN  := $(BUILD)/bin/hearth-train
 ORCH_BIN   := $(BUILD)/bin/hearth
+PREP_BIN   := $(BUILD)/bin/hearth-prep
 TEST_BINS  := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 BENCH_BINS := $(patsubst contrib/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
@@ -70,7 +76,7 @@ GPU_BENCH_BINS := $(patsubst contrib/bench/%.cu,$(BUILD)/bench/%,$(wildcard cont
 CUDA_LDLIBS    = -lcublasLt -lgomp -lm
 GPU_BINS      :=
 
-ALL := $(TRAIN_BIN) $(if $(wildcard orchestrator/main.c),$(ORCH_BIN))
+ALL := $(TRAIN_BIN) $(PREP_BIN) $(if $(wildcard orchestrator/main.c),$(ORCH_BIN))
 ifneq ($(NVCC),)
 ifneq ($(CUDA_SRC),)
 ALL += $(LIB_CUDA)
@@ -109,20 +115,29 @@ $(LIB_MODEL):   $(call obj,$(MODEL_SRC))  ; $(archive)
 $(LIB_TRAIN):   $(call obj,$(TRAIN_SRC))  ; $(archive)
 $(LIB_COMM):    $(call obj,$(COMM_SRC))   ; $(archive)
 $(LIB_ORCH):    $(call obj,$(ORCH_SRC))   ; $(archive)
+$(LIB_PREP):    $(call obj,$(PREP_SRC))   ; $(archive)
 $(LIB_CUDA):    $(patsubst %.cu,$(BUILD)/obj/%.o,$(CUDA_SRC)) ; $(archive)
 
 $(TRAIN_BIN): $(call obj,trainer/main.c) $(TRAIN_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ $(TRAIN_LDLIBS)
 
+$(PREP_BIN): $(call obj,trainer/prep/main.c) $(LIB_PREP) $(TRAIN_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(PREP_LDLIBS) $(TRAIN_LDLIBS)
+
 # The orchestrator links only the pure shape/rules module of the trainer (DESIGN.md).
-$(ORCH_BIN): $(call obj,orchestrator/main.c) $(LIB_ORCH) $(LIB_SHAPE)
+# trainer/version.o: the release and git description of `hearth --version`.
+$(ORCH_BIN): $(call obj,orchestrator/main.c) $(call obj,trainer/version.c) $(LIB_ORCH) $(LIB_SHAPE)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ $(ORCH_LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(call obj,$(TEST_SUPPORT_SRC)) $(TEST_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $^ -o $@ $(ORCH_LDLIBS) -lcmocka
+	$(CC) $(LDFLAGS) $^ -o $@ $(ORCH_LDLIBS) $(PREP_LDLIBS) -lcmocka
+# Allocation-failure injection (tests/unit/test_orch_oom.c): the allocators of every hearth
+# object in the program go through the test's counting wrappers.
+$(BUILD)/tests/test_orch_oom: LDFLAGS += $(foreach f,malloc calloc realloc strdup strndup asprintf vasprintf,-Wl,--wrap=$(f))
 
 $(BUILD)/bench/%: $(BUILD)/obj/contrib/bench/%.o $(call obj,$(TEST_SUPPORT_SRC)) $(TEST_LIBS)
 	@mkdir -p $(dir $@)
@@ -233,6 +248,38 @@ test-full: $(BUILD)/tests/test_ptrain
 test-san:
 	$(MAKE) SAN=1 test-unit
 
+# Fuzz targets (tests/fuzz/fuzz_*.c, libFuzzer through clang + libclang-rt; docs/fuzzing.md):
+# built with ASan + UBSan (UB aborts) into build-fuzz/, linked against only the parsers
+# they exercise.  `make fuzz` builds them; `make fuzz-smoke` runs each for FUZZ_SECONDS on
+# a copy of its seed corpus (tests/fuzz/corpus/NAME/), FUZZ_JOBS (2) at a time, and fails on
+# any crash, leak or UB.
+FUZZ_CC      ?= clang-14
+FUZZ_SECONDS ?= 60
+FUZZ_DIR     := build-fuzz
+FUZZ_SAN      = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_CFLAGS   = $(CSTD) $(WARN) -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link -MMD -MP \
+                -I. -Ikernels -Itrainer -Iorchestrator
+FUZZ_SRC     := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BINS    := $(patsubst tests/fuzz/%.c,$(FUZZ_DIR)/bin/%,$(FUZZ_SRC))
+# The trainer files the readers need (not the whole trainer library).
+FUZZ_TRAIN_SRC := trainer/safetensors.c trainer/shard_format.c trainer/outputs.c trainer/version.c
+FUZZ_LIB     := $(FUZZ_DIR)/lib/libhearth_fuzz.a
+fuzz_obj      = $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(1))
+.PHONY: fuzz fuzz-smoke
+fuzz: $(FUZZ_BINS)
+$(FUZZ_DIR)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+$(FUZZ_LIB): $(call fuzz_obj,$(ORCH_SRC) $(SHAPE_SRC) $(FUZZ_TRAIN_SRC)) ; $(archive)
+# In bin/, so that the preset search beside the binary (../../contrib/models) finds the
+# repository's presets.
+$(FUZZ_DIR)/bin/%: $(FUZZ_DIR)/obj/tests/fuzz/%.o $(FUZZ_LIB)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer $^ -o $@ $(ORCH_LDLIBS)
+fuzz-smoke: $(FUZZ_BINS)
+	tests/fuzz/smoke.sh $(FUZZ_DIR) $(FUZZ_SECONDS) $(notdir $(FUZZ_BINS))
+-include $(shell find $(FUZZ_DIR)/obj -name '*.d' 2>/dev/null)
+
 bench: all $(BENCH_BINS)
 	@contrib/bench/run.sh $(BUILD)
 
@@ -245,10 +292,19 @@ PREFIX ?= /usr/local
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/hearth/models \
 	    $(DESTDIR)$(PREFIX)/share/hearth/templates $(DESTDIR)$(PREFIX)/share/hearth/migrations
-	install -m 755 $(TRAIN_BIN) $(ORCH_BIN) $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(TRAIN_BIN) $(ORCH_BIN) $(PREP_BIN) $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 contrib/models/*.yaml $(DESTDIR)$(PREFIX)/share/hearth/models/
 	install -m 644 templates/*.tmpl $(DESTDIR)$(PREFIX)/share/hearth/templates/
 	install -m 644 db/migrations/*.sql $(DESTDIR)$(PREFIX)/share/hearth/migrations/
+	@# Manual pages and shell completion, generated from the tables the programs use.
+	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5 \
+	    $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
+	    $(DESTDIR)$(PREFIX)/share/zsh/site-functions
+	$(ORCH_BIN) man hearth >$(DESTDIR)$(PREFIX)/share/man/man1/hearth.1
+	$(ORCH_BIN) man hearth-train --trainer $(TRAIN_BIN) >$(DESTDIR)$(PREFIX)/share/man/man1/hearth-train.1
+	$(ORCH_BIN) man hearth-spec >$(DESTDIR)$(PREFIX)/share/man/man5/hearth-spec.5
+	$(ORCH_BIN) completion bash >$(DESTDIR)$(PREFIX)/share/bash-completion/completions/hearth
+	$(ORCH_BIN) completion zsh >$(DESTDIR)$(PREFIX)/share/zsh/site-functions/_hearth
 
 # The README's first command: installs the Debian packages that are missing, builds, sweeps
 # contrib/examples/demo.yaml (learning rate x seed) and demo-layouts.yaml (tp x pp x encoder
@@ -270,6 +326,6 @@ demo:
 	exit $$status
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -10,7 +10,13 @@ packages=(
     libyaml-dev       # presets, run configs, experiment specs
     libjansson-dev    # canonical config JSON, metrics.jsonl, result.json
     libssl-dev        # sha256 of the canonical config (libcrypto)
+    libpng-dev        # image decoding (hearth-prep)
+    libjpeg62-turbo-dev  # image decoding (hearth-prep)
     libcmocka-dev     # unit tests
+    chromium          # tests: hearth report's SVG rendered headless to a PNG
+    libxml2-utils     # tests: xmllint checks hearth report's SVG is well-formed
+    groff             # tests: the generated manual pages render without warnings
+    man-db            # man -l for those pages
     libsqlite3-dev    # results database (orchestrator)
     sqlite3
     libcurl4-openssl-dev  # slurmrestd backend (orchestrator)
@@ -23,6 +29,8 @@ packages=(
     slurm-wlm-jwt-plugin  # auth/jwt: slurmrestd's clients authenticate with `scontrol token`
     slurmdbd          # Slurm's accounting daemon: sacct works (start.sh --with-dbd)
     mariadb-server    # slurmdbd's database (a throw-away datadir under the cluster's directory)
+    clang-14          # fuzz targets (make fuzz, make fuzz-smoke: libFuzzer, ASan, UBSan)
+    libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes for clang-14
 )
 
 missing=()

@@ -601,8 +601,14 @@ static void resource_args(argvec *a, const backend_job *job, const rundir_job *r
      * requeue behind its back (the job would come back under the same id). */
     av_add(a, "--no-requeue");
     av_add(a, "--cpus-per-task=%d", job->cpus_per_task > 0 ? job->cpus_per_task : 1);
-    if (job->time_limit_s > 0)   /* Slurm counts minutes: never shorter than asked */
+    if (job->time_limit_s > 0) {  /* Slurm counts minutes: never shorter than asked */
         av_add(a, "--time=%lld", (long long)(job->time_limit_s + 59) / 60);
+        /* Notice before the limit: SIGUSR2 to the job script, which passes it to the
+         * trainer; it checkpoints and exits 75, and hearth requeues the run, which resumes
+         * (docs/checkpoints.md).  A tenth of the limit, 30 s to 5 min. */
+        long long notice = job->time_limit_s / 10;
+        av_add(a, "--signal=B:USR2@%lld", notice < 30 ? 30 : notice > 300 ? 300 : notice);
+    }
     if (rj && rj->partition)
         av_add(a, "--partition=%s", rj->partition);
     if (rj && rj->account)
@@ -791,6 +797,7 @@ static int submit_array(slurm_backend *sb, const backend_job *jobs, const rundir
         "child=\n"
         "stop=\n"
         "trap 'stop=1; [ -n \"$child\" ] && kill -TERM \"$child\" 2>/dev/null' TERM INT HUP\n"
+        "trap 'stop=1; [ -n \"$child\" ] && kill -USR2 \"$child\" 2>/dev/null' USR2\n"
         "rc=0\n"
         "first=$((SLURM_ARRAY_TASK_ID * pack + 1))\n"
         "for ((k = first; k < first + pack; k++)); do\n"

@@ -4,9 +4,10 @@
  *
  * The server: --rest-url or $HEARTH_SLURMREST_URL, "http://HOST:PORT" or "unix:/PATH"
  * (slurmrestd on a socket; curl's CURLOPT_UNIX_SOCKET_PATH).  Authentication: a JWT
- * (`scontrol token`) read from --rest-token-file or $HEARTH_SLURMREST_TOKEN_FILE, sent
- * as X-SLURM-USER-TOKEN with X-SLURM-USER-NAME (this process's user, or
- * $HEARTH_SLURMREST_USER).  The file is refused when group or others may access it.  The
+ * (`scontrol token`) read from --rest-token-file or $HEARTH_SLURMREST_TOKEN_FILE, else
+ * taken from $SLURM_JWT (as Slurm's own clients do), sent as X-SLURM-USER-TOKEN with
+ * X-SLURM-USER-NAME (this process's user, or $HEARTH_SLURMREST_USER).  The file is
+ * refused unless its mode is 0600 or stricter (no access for group or others).  The
  * token lives only in this process's memory and in the request headers: it is never put in
  * a message, a log, a run directory, a job's environment or the database (curl's verbose
  * mode, which would print headers, is never turned on).
@@ -31,6 +32,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,8 +80,32 @@ typedef struct {
 
 /* ---- the token ---------------------------------------------------------------------------- */
 
+/* The token in `text` (what `scontrol token` prints: "SLURM_JWT=TOKEN" or the bare token,
+ * whitespace around it trimmed) as a malloc'd string in *out.  `from` names the source
+ * in messages, which never show the text itself. */
+static int token_parse(const char *from, const char *text, char **out, hearth_err *err)
+{
+    *out = NULL;
+    const char *p = text;
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+        p++;
+    if (strncmp(p, "SLURM_JWT=", 10) == 0)
+        p += 10;
+    size_t n = strcspn(p, " \t\r\n");
+    int bad = n == 0 || p[n + strspn(p + n, " \t\r\n")] != 0;
+    for (size_t i = 0; i < n && !bad; i++)
+        if ((unsigned char)p[i] < 0x21 || (unsigned char)p[i] > 0x7e)
+            bad = 1;
+    if (bad)
+        return herr_set(err, HERR_CONFIG, "slurmrest: %s: expected one token (as `scontrol "
+                        "token` prints it)", from);
+    *out = strndup(p, n);
+    return *out ? 0 : herr_set(err, HERR_NOMEM, "out of memory");
+}
+
 /* Reads the token from `path` into a malloc'd string (whitespace trimmed).  Refused when
- * the file is not a regular file or group/others have any access to it. */
+ * the file is not a regular file or its mode is not 0600 or stricter (any bit for group
+ * or others, or the owner's execute bit). */
 static int read_token(const char *path, char **out, hearth_err *err)
 {
     *out = NULL;
@@ -92,11 +118,11 @@ static int read_token(const char *path, char **out, hearth_err *err)
         close(fd);
         return herr_set(err, HERR_CONFIG, "slurmrest: token file %s: not a regular file", path);
     }
-    if (st.st_mode & 077) {
+    if (st.st_mode & 07177) {
         close(fd);
         return herr_set(err, HERR_CONFIG, "slurmrest: token file %s has mode %04o: a token "
-                        "file must not be readable by group or others (chmod 600 %s)", path,
-                        (unsigned)(st.st_mode & 07777), path);
+                        "file must have mode 0600 or stricter, no access for group or "
+                        "others (chmod 600 %s)", path, (unsigned)(st.st_mode & 07777), path);
     }
     char buf[8192];
     size_t len = 0;
@@ -113,25 +139,11 @@ static int read_token(const char *path, char **out, hearth_err *err)
     }
     close(fd);
     buf[len] = 0;
-    char *p = buf;
-    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
-        p++;
-    /* `scontrol token` prints SLURM_JWT=...: accept its output as it is. */
-    if (strncmp(p, "SLURM_JWT=", 10) == 0)
-        p += 10;
-    size_t n = strcspn(p, " \t\r\n");
-    int bad = n == 0 || p[n + strspn(p + n, " \t\r\n")] != 0;
-    for (size_t i = 0; i < n && !bad; i++)
-        if ((unsigned char)p[i] < 0x21 || (unsigned char)p[i] > 0x7e)
-            bad = 1;
-    if (bad) {
-        memset(buf, 0, sizeof buf);
-        return herr_set(err, HERR_CONFIG, "slurmrest: token file %s: expected one token "
-                        "(as `scontrol token` prints it)", path);
-    }
-    *out = strndup(p, n);
+    char from[PATH_MAX + 16];
+    snprintf(from, sizeof from, "token file %s", path);
+    int rc = token_parse(from, buf, out, err);
     memset(buf, 0, sizeof buf);
-    return *out ? 0 : herr_set(err, HERR_NOMEM, "out of memory");
+    return rc;
 }
 
 /* ---- HTTP --------------------------------------------------------------------------------- */
@@ -811,10 +823,12 @@ int backend_slurmrest_create(backend **out, const char *url, const char *token_f
     if (!url || !*url)
         return herr_set(err, HERR_CONFIG, "--backend slurmrest needs the slurmrestd URL: "
                         "--rest-url URL or HEARTH_SLURMREST_URL (http://HOST:PORT or unix:/PATH)");
-    if (!token_file || !*token_file)
-        return herr_set(err, HERR_CONFIG, "--backend slurmrest needs a token file: "
+    /* Without a file, the token Slurm's own clients read: $SLURM_JWT. */
+    const char *jwt = getenv("SLURM_JWT");
+    if ((!token_file || !*token_file) && (!jwt || !*jwt))
+        return herr_set(err, HERR_CONFIG, "--backend slurmrest needs a token: "
                         "--rest-token-file FILE or HEARTH_SLURMREST_TOKEN_FILE "
-                        "(e.g. from `scontrol token`, mode 600)");
+                        "(e.g. from `scontrol token`, mode 600), or SLURM_JWT");
     rest_backend *rb = calloc(1, sizeof *rb);
     if (!rb)
         return herr_set(err, HERR_NOMEM, "out of memory");
@@ -826,7 +840,8 @@ int backend_slurmrest_create(backend **out, const char *url, const char *token_f
     char *token = NULL;
     int rc = parse_url(rb, url, err);
     if (!rc)
-        rc = read_token(token_file, &token, err);
+        rc = token_file && *token_file ? read_token(token_file, &token, err)
+                                       : token_parse("SLURM_JWT", jwt, &token, err);
     if (!rc) {
         const char *user = getenv("HEARTH_SLURMREST_USER");
         struct passwd *pw = (!user || !*user) ? getpwuid(geteuid()) : NULL;

@@ -9,12 +9,15 @@
 
 #include "cli.h"
 #include "cmd.h"
+#include "version.h"
 
 #define FORMAT_HELP "output format: table, csv or json (default table)"
 
 const hcli_opt hcli_global_opts[] = {
-    { "db", 0, "FILE", NULL, "results database (default $HEARTH_DB, else ./hearth.db)" },
-    { "runs-dir", 0, "DIR", NULL, "run directories (default runs/ beside the database)" },
+    { "db", 0, "FILE", NULL, "results database (default $HEARTH_DB, else the config file's "
+      "db, else ./hearth.db)" },
+    { "runs-dir", 0, "DIR", NULL, "run directories (default $HEARTH_RUNS_DIR, else the config "
+      "file's runs_dir, else runs/ beside the database)" },
     { "help", 'h', NULL, NULL, "show this help and exit" },
     { NULL, 0, NULL, NULL, NULL },
 };
@@ -26,11 +29,13 @@ static const hcli_opt plan_opts[] = {
 };
 
 static const hcli_opt submit_opts[] = {
-    { "backend", 0, "NAME", "local|slurm|slurmrest", "where jobs run (default local)" },
+    { "backend", 0, "NAME", "local|slurm|slurmrest", "where jobs run (default $HEARTH_BACKEND, "
+      "else the config file's backend, else local)" },
     { "rest-url", 0, "URL", NULL, "slurmrest: slurmrestd's address, http://HOST:PORT or "
       "unix:/PATH (default $HEARTH_SLURMREST_URL)" },
     { "rest-token-file", 0, "FILE", NULL, "slurmrest: file holding a JWT from `scontrol "
-      "token`, mode 600 (default $HEARTH_SLURMREST_TOKEN_FILE)" },
+      "token`, mode 600 or stricter (default $HEARTH_SLURMREST_TOKEN_FILE, else the token "
+      "in $SLURM_JWT)" },
     { "jobs", 'j', "N", NULL, "run at most N jobs at once (default: CPUs / cpus_per_task)" },
     { "dry-run", 'n', NULL, NULL, "show what would be created and run; change nothing" },
     { "force", 0, NULL, NULL, "run points again even when their runs already completed" },
@@ -113,9 +118,24 @@ static const hcli_opt select_opts[] = {
 static const hcli_opt bench_opts[] = {
     { "model", 0, "M", NULL, "layers: model preset to benchmark" },
     { "backend", 0, "NAME", "local|slurm|slurmrest", "layers: where the benchmark runs "
-      "(default local)" },
+      "(default as for submit)" },
     { "trainer", 0, "PATH", NULL, "layers: hearth-train to run (default the one beside "
       "hearth)" },
+    { NULL, 0, NULL, NULL, NULL },
+};
+
+static const hcli_opt report_opts[] = {
+    { "svg", 0, "FILE", NULL, "write the charts as one SVG file" },
+    { "html", 0, "FILE", NULL, "write a self-contained HTML page: the charts and tables" },
+    { "runs", 0, "ID,ID,...", NULL, "draw the loss curves of these runs (default: the best "
+      "by tokens/s)" },
+    { "best", 0, "N", NULL, "without --runs: the loss curves of the N best runs (default 5)" },
+    { NULL, 0, NULL, NULL, NULL },
+};
+
+static const hcli_opt man_opts[] = {
+    { "trainer", 0, "PATH", NULL, "hearth-train: the trainer whose --help to convert "
+      "(default the one beside hearth)" },
     { NULL, 0, NULL, NULL, NULL },
 };
 
@@ -162,6 +182,24 @@ const hcli_cmd hcli_commands[] = {
       "the encoder layouts by measured tokens/s of completed runs, the cost model filling "
       "in where none ran, and prints the sweep that would measure the rest.  Both record "
       "the decision with its evidence (docs/select.md).", select_opts, cmd_select },
+    { "report", "EXP", 1, 1, "an experiment's results as charts: SVG, HTML",
+      "Draws tokens/s per config (the median of its repeats, min-max as an error bar), "
+      "tokens/s over nodes or devices when those vary, the loss curves of chosen runs and "
+      "the experiment's selection decisions with their evidence (docs/report.md).  Each "
+      "file is replaced whole or not at all.", report_opts, cmd_report },
+    { "config", "show", 1, 1, "the effective defaults and where each came from",
+      "Defaults come from the command line, else the environment, else the config file "
+      "($XDG_CONFIG_HOME/hearth/config.yaml, else ~/.config/hearth/config.yaml), else "
+      "built-in values (docs/hearth-config.md).", status_opts, cmd_config },
+    { "completion", "bash|zsh", 1, 1, "print the shell completion script",
+      "Generated from the same command table as the parser: `hearth completion bash > "
+      "/usr/share/bash-completion/completions/hearth`, or `source <(hearth completion "
+      "bash)`; for zsh, save it as _hearth in a directory of $fpath.", no_opts,
+      cmd_completion },
+    { "man", "hearth|hearth-train|hearth-spec", 1, 1, "print a manual page (roff)",
+      "hearth(1) from the command table, hearth-train(1) from `hearth-train --help`, "
+      "hearth-spec(5) from the spec and run-config key tables: `hearth man hearth | man "
+      "-l -`.  `make install` installs all three.", man_opts, cmd_man },
     { NULL, NULL, 0, 0, NULL, NULL, NULL, NULL },
 };
 
@@ -359,7 +397,10 @@ int hcli_main(int argc, char **argv)
             no_more_opts = 1;
         } else if (!no_more_opts && a[0] == '-' && a[1]) {
             if (!p.cmd && strcmp(a, "--version") == 0) {
-                printf("hearth 0.1.0\n");
+                /* The same release and git description as hearth-train's (version.h). */
+                const char *git = version_git_describe();
+                printf("hearth %s%s%s%s\n", version_release(), git ? " (" : "", git ? git : "",
+                       git ? ")" : "");
                 free(p.pos);
                 return HCLI_EXIT_OK;
             }
@@ -401,12 +442,29 @@ int hcli_main(int argc, char **argv)
         c.argc = p.npos;
         c.argv = p.pos;
         c.values = vals;
-        const char *db = p.gvals[opt_index(hcli_global_opts, "db", 2, 0)];
-        if (!db || !*db)
-            db = getenv("HEARTH_DB");
-        c.db_path = db && *db ? db : "hearth.db";
-        c.runs_dir_opt = p.gvals[opt_index(hcli_global_opts, "runs-dir", 8, 0)];
-        rc = p.cmd->run(&c);
+        /* Defaults: command line > environment > config file > built-in (user_config.h). */
+        ucfg cfg;
+        hearth_err err = { { 0 } };
+        int crc = ucfg_load(&cfg, NULL, &err);
+        if (!crc)
+            crc = ucfg_set_cmdline(&cfg, UCFG_DB, p.gvals[opt_index(hcli_global_opts, "db", 2, 0)],
+                                   "--db", &err);
+        if (!crc)
+            crc = ucfg_set_cmdline(&cfg, UCFG_RUNS_DIR,
+                                   p.gvals[opt_index(hcli_global_opts, "runs-dir", 8, 0)],
+                                   "--runs-dir", &err);
+        if (!crc)
+            crc = ucfg_export_env(&cfg, &err);
+        if (crc) {
+            fprintf(stderr, "hearth: %s\n", err.msg);
+            rc = crc == HERR_CONFIG ? HCLI_EXIT_USAGE : HCLI_EXIT_FAILED;
+        } else {
+            c.cfg = &cfg;
+            c.db_path = ucfg_get(&cfg, UCFG_DB);
+            c.runs_dir_opt = ucfg_get(&cfg, UCFG_RUNS_DIR);
+            rc = p.cmd->run(&c);
+        }
+        ucfg_free(&cfg);
     }
     free(vals);
     free(p.pos);

@@ -1,11 +1,12 @@
 /* cli.h - the `hearth` command line: ONE table of commands (name, synopsis, options with
  * their help, handler) that drives argument parsing, `hearth --help`, `hearth CMD --help`,
- * and later the generated shell completion and man pages.
+ * and the generated shell completion and manual pages (cli_doc.h).
  *
  *   hearth [GLOBAL OPTIONS] COMMAND [ARGS] [OPTIONS]
  *
  * Global options (accepted before or after the command): --db FILE (else $HEARTH_DB, else
- * ./hearth.db), --runs-dir DIR (default: runs/ beside the database file), --help.
+ * the config file's db, else ./hearth.db), --runs-dir DIR (default: $HEARTH_RUNS_DIR, the
+ * config file's runs_dir, else runs/ beside the database file), --help.
  * Options take their value as `--opt VALUE` or `--opt=VALUE` (short: `-j 4`, `-j4`);
  * `--` ends the options.
  *
@@ -19,6 +20,7 @@
 #include <stdio.h>
 
 #include "shape/err.h"
+#include "user_config.h"
 
 enum { HCLI_EXIT_OK = 0, HCLI_EXIT_FAILED = 1, HCLI_EXIT_USAGE = 2 };
 
@@ -52,8 +54,9 @@ struct hcli_ctx {
     const hcli_cmd *cmd;
     int argc;                 /* positional arguments */
     char **argv;
-    const char *db_path;      /* --db, $HEARTH_DB or ./hearth.db */
-    const char *runs_dir_opt; /* --runs-dir as given, or NULL */
+    const char *db_path;      /* --db, $HEARTH_DB, the config file's db or ./hearth.db */
+    const char *runs_dir_opt; /* --runs-dir, $HEARTH_RUNS_DIR or the config file's, or NULL */
+    const ucfg *cfg;          /* the effective defaults (user_config.h) */
     /* private: per option of cmd->opts, its last value ("" for a flag) or NULL */
     const char **values;
 };

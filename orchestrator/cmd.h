@@ -20,6 +20,10 @@ int cmd_top(hcli_ctx *c);
 int cmd_export(hcli_ctx *c);
 int cmd_bench(hcli_ctx *c);
 int cmd_select(hcli_ctx *c);
+int cmd_report(hcli_ctx *c);
+int cmd_config(hcli_ctx *c);
+int cmd_completion(hcli_ctx *c);
+int cmd_man(hcli_ctx *c);
 
 /* Running an experiment's sweep (submit, resume): in the foreground, or in a detached
  * runner (its log in EXP_DIR/runner.log) when `detach`. */

@@ -53,7 +53,8 @@ static int run_wait(char *const argv[], const char *log)
 static int bench_layers(hcli_ctx *c, hearth_db *db, hearth_err *err)
 {
     const char *model = hcli_get(c, "model");
-    const char *backend = hcli_get(c, "backend") ? hcli_get(c, "backend") : "local";
+    const char *backend = hcli_get(c, "backend") ? hcli_get(c, "backend")
+                                                 : ucfg_get(c->cfg, UCFG_BACKEND);
     if (!model)
         return herr_set(err, HERR_CONFIG, "--model is required");
     char trainer[PATH_MAX], dir[PATH_MAX], out[PATH_MAX], help_log[PATH_MAX + 16];

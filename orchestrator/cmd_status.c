@@ -12,6 +12,7 @@
 #include "backend.h"
 #include "cmd.h"
 #include "ingest.h"
+#include "progress.h"
 #include "report_fmt.h"
 #include "run_state.h"
 #include "runs_db.h"
@@ -247,9 +248,10 @@ int cmd_wait(hcli_ctx *c)
         db_close(db);
         return hcli_fail(c, rc, &err);
     }
-    int tty = isatty(2), orphan_checks = 0;
+    int orphan_checks = 0;
     double until = timeout > 0 ? backend_clock_s() + (double)timeout : 0;
-    char last[256] = "";
+    progress prog;
+    progress_init(&prog, stderr, isatty(2), PROGRESS_PLAIN_INTERVAL_S);
     long counts[RUN_STATE_COUNT];
     for (;;) {
         if ((rc = runs_db_state_counts(db, exp, counts, &err)))
@@ -259,20 +261,14 @@ int cmd_wait(hcli_ctx *c)
         for (int s = 0; s < RUN_STATE_COUNT; s++)
             total += counts[s];
         long in_flight = sweep_in_flight(counts);
-        char line[256];
-        snprintf(line, sizeof line, "[%ld/%ld] running %ld \xc2\xb7 done %ld \xc2\xb7 failed %ld",
-                 total - counts[RUN_PENDING] - counts[RUN_REQUEUED], total,
-                 counts[RUN_SUBMITTED] + counts[RUN_RUNNING], counts[RUN_COMPLETED], failed);
-        if (strcmp(line, last)) {
-            fprintf(stderr, tty ? "\r%s\033[K" : "%s\n", line);
-            snprintf(last, sizeof last, "%s", line);
-        }
+        progress_counts(&prog, total - counts[RUN_PENDING] - counts[RUN_REQUEUED], total,
+                        counts[RUN_SUBMITTED] + counts[RUN_RUNNING], counts[RUN_COMPLETED],
+                        failed);
         if (in_flight == 0) {
             /* Ok when every point has a completed run: a failed run whose point ran again
              * (a retry as a new run, a replaced vanished job) does not count. */
             long missing = 0, runs = 0;
-            if (tty)
-                fprintf(stderr, "\n");
+            progress_end(&prog);
             rc = sweep_points_missing(db, exp, &missing, &runs, &err);
             db_close(db);
             if (rc)
@@ -297,8 +293,7 @@ int cmd_wait(hcli_ctx *c)
         }
         backend_sleep_ms(500);
     }
-    if (tty)
-        fprintf(stderr, "\n");
+    progress_end(&prog);
     db_close(db);
     return hcli_fail(c, rc, &err);
 }

@@ -226,10 +226,15 @@ static int create_point(void *ctx, const plan_point *p)
     int64_t limit = 0;
     j.time_limit_s = p->res.time && spec_time_seconds(p->res.time, &limit) == 0 ? limit : 0;
     j.max_concurrent = p->res.max_concurrent > 0 ? (int)p->res.max_concurrent : 0;
-    j.partition = (char *)p->res.partition;
-    j.account = (char *)p->res.account;
-    j.qos = (char *)p->res.qos;
-    j.constraint = (char *)p->res.constraint;
+    /* The spec's resources, else the user's defaults (cc->base, user_config.h). */
+    if (p->res.partition)
+        j.partition = (char *)p->res.partition;
+    if (p->res.account)
+        j.account = (char *)p->res.account;
+    if (p->res.qos)
+        j.qos = (char *)p->res.qos;
+    if (p->res.constraint)
+        j.constraint = (char *)p->res.constraint;
     j.n_sbatch = cc->s->resources.n_sbatch;   /* not a matrix key: the spec's list */
     j.sbatch = (char **)cc->s->resources.sbatch;
     j.retry_timeout = cc->s->resources.retry_timeout;   /* not a matrix key either */
@@ -283,7 +288,8 @@ int cmd_submit(hcli_ctx *c)
     char runs_dir[PATH_MAX], exp_dir[PATH_MAX], trainer[PATH_MAX], workdir[PATH_MAX];
     char tmpl_name[PATH_MAX];
     long jobs = 0;
-    const char *backend_name = hcli_get(c, "backend") ? hcli_get(c, "backend") : "local";
+    const char *backend_name = hcli_get(c, "backend") ? hcli_get(c, "backend")
+                                                      : ucfg_get(c->cfg, UCFG_BACKEND);
     int dry = hcli_flag(c, "dry-run"), code = HCLI_EXIT_OK;
     backend *probe = NULL;
     select_auto *sa = NULL;   /* `auto` values of the spec (docs/select.md) */
@@ -354,6 +360,10 @@ int cmd_submit(hcli_ctx *c)
     cc.err = &err;
     cc.base.experiment = (char *)s->name;
     cc.base.backend = (char *)backend_name;
+    cc.base.partition = (char *)ucfg_get(c->cfg, UCFG_SLURM_PARTITION);
+    cc.base.account = (char *)ucfg_get(c->cfg, UCFG_SLURM_ACCOUNT);
+    cc.base.qos = (char *)ucfg_get(c->cfg, UCFG_SLURM_QOS);
+    cc.base.constraint = (char *)ucfg_get(c->cfg, UCFG_SLURM_CONSTRAINT);
     cc.base.trainer = trainer;
     cc.base.workdir = workdir;
     cc.base.n_setup = s->resources.n_setup;
@@ -373,9 +383,17 @@ int cmd_submit(hcli_ctx *c)
     po.auto_ctx = sa;
     plan_counts pc;
     memset(&pc, 0, sizeof pc);
+    /* Counting a point's runs and creating the missing ones is one write transaction, so
+     * that two submits of one experiment at once cannot both see a point without runs
+     * and both create them; a failure part way records none of the runs. */
+    int in_tx = db && !dry;
+    if (in_tx && (rc = db_tx_begin(db, &err)))
+        goto fail;
     rc = plan_run(s, &po, create_point, &cc, &pc, &err);
     if (!rc && !dry)
         rc = select_auto_record(sa, s->name, &err);
+    if (in_tx)
+        rc = db_tx_end(db, rc, &err);
     if (rc)
         goto fail;
     fprintf(stderr, "hearth: %s: %llu points: %llu kept, %llu pruned, %llu skipped; %ld new "

@@ -9,6 +9,7 @@
 
 /* A writer waiting for another process's write transaction gives up after this long. */
 #define DB_BUSY_TIMEOUT_MS 15000
+#define DB_WAL_RETRY_MS 10
 /* Page cache per connection, in KiB (negative = KiB for SQLite). */
 #define DB_CACHE_KIB 262144
 
@@ -130,6 +131,33 @@ static int migrate(hearth_db *db, hearth_err *err)
     return 0;
 }
 
+/* PRAGMA journal_mode = WAL, retried while another connection holds the file: switching
+ * a fresh file to WAL returns SQLITE_BUSY without consulting the busy handler (SQLite
+ * does not wait there, to avoid deadlocks), which two hearth processes opening a new
+ * database at once would otherwise see as an error.  Waits up to the busy timeout. */
+static int set_wal(hearth_db *db, char *out, size_t n, hearth_err *err)
+{
+    for (int waited = 0;; waited += DB_WAL_RETRY_MS) {
+        sqlite3_stmt *st;
+        if (sqlite3_prepare_v2(db->s, "PRAGMA journal_mode = WAL", -1, &st, NULL) !=
+            SQLITE_OK)
+            return db_fail(db, err, "PRAGMA journal_mode = WAL");
+        int rc = sqlite3_step(st);
+        const unsigned char *t = rc == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
+        snprintf(out, n, "%s", t ? (const char *)t : "");
+        int busy = (rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED;
+        if (rc != SQLITE_ROW && rc != SQLITE_DONE && !(busy && waited < DB_BUSY_TIMEOUT_MS)) {
+            db_fail(db, err, "PRAGMA journal_mode = WAL");
+            sqlite3_finalize(st);
+            return HERR_RUNTIME;
+        }
+        sqlite3_finalize(st);
+        if (!busy)
+            return 0;
+        sqlite3_sleep(DB_WAL_RETRY_MS);
+    }
+}
+
 static int configure(hearth_db *db, hearth_err *err)
 {
     char buf[32];
@@ -143,7 +171,7 @@ static int configure(hearth_db *db, hearth_err *err)
     if (strcmp(buf, "1") != 0)
         return herr_set(err, HERR_RUNTIME, "%s: SQLite refused to enable foreign keys", db->path);
     /* Reading the header first turns "not a database" into a clear error here. */
-    if ((rc = pragma_text(db, "PRAGMA journal_mode = WAL", buf, sizeof buf, err)))
+    if ((rc = set_wal(db, buf, sizeof buf, err)))
         return rc;
     if (strcmp(buf, "wal") != 0 && strcmp(buf, "memory") != 0)
         return herr_set(err, HERR_RUNTIME, "%s: cannot use WAL mode (journal mode is '%s')",

@@ -94,8 +94,8 @@ static char *key_label(const char *key)
     return strdup(key);
 }
 
-/* Adds the config keys whose values differ between the experiment's completed runs. */
-static int add_varying_keys(hearth_db *db, qsql *q, int64_t exp, hearth_err *err)
+int query_varying_keys(hearth_db *db, int64_t exp, int max, char **keys, int *n,
+                       hearth_err *err)
 {
     static const char sql[] =
         "SELECT k.key FROM runs r JOIN run_config_kv kv ON kv.run = r.id "
@@ -105,23 +105,37 @@ static int add_varying_keys(hearth_db *db, qsql *q, int64_t exp, hearth_err *err
         "OR count(*) < (SELECT count(*) FROM runs WHERE experiment_id = ?1 "
         "AND state = 'completed') ORDER BY k.key LIMIT ?2";
     sqlite3_stmt *st;
+    *n = 0;
     int rc = db_prepare_int64(db, sql, exp, &st, err);
     if (rc)
         return rc;
-    sqlite3_bind_int(st, 2, TOP_MAX_KEYS);
-    /* Collect first: qsql_column reads the database with other statements. */
-    char *keys[TOP_MAX_KEYS];
-    int n = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && n < TOP_MAX_KEYS)
-        if (!(keys[n++] = strdup((const char *)sqlite3_column_text(st, 0)))) {
-            n--;
+    sqlite3_bind_int(st, 2, max);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max) {
+        if (!(keys[*n] = strdup((const char *)sqlite3_column_text(st, 0)))) {
             rc = SQLITE_NOMEM;
             break;
         }
-    /* SQLITE_ROW: TOP_MAX_KEYS reached, the rest is left out. */
+        (*n)++;
+    }
+    /* SQLITE_ROW: max reached, the rest is left out. */
     rc = db_rows_end(db, rc == SQLITE_ROW ? SQLITE_DONE : rc, "finding varying config keys",
                      err);
     db_stmt_done(st);
+    if (rc) {
+        for (int i = 0; i < *n; i++)
+            free(keys[i]);
+        *n = 0;
+    }
+    return rc;
+}
+
+/* Adds the config keys whose values differ between the experiment's completed runs. */
+static int add_varying_keys(hearth_db *db, qsql *q, int64_t exp, hearth_err *err)
+{
+    /* Collect first: qsql_column reads the database with other statements. */
+    char *keys[TOP_MAX_KEYS];
+    int n = 0;
+    int rc = query_varying_keys(db, exp, TOP_MAX_KEYS, keys, &n, err);
     for (int i = 0; i < n; i++) {
         if (rc == 0) {
             char *name = NULL, *label = key_label(keys[i]);

@@ -46,6 +46,12 @@ typedef struct {
     report_format format;
 } query_top_opts;
 
+/* The config keys whose values differ between experiment exp's completed runs (or that
+ * only some of them set), sorted, at most max: keys[0..*n) malloc'd, freed by the caller
+ * (none left on error). */
+int query_varying_keys(hearth_db *db, int64_t exp, int max, char **keys, int *n,
+                       hearth_err *err);
+
 /* hearth top EXP: the experiment's completed runs, best first. */
 int query_top(hearth_db *db, const char *experiment, const query_top_opts *o, FILE *out,
               hearth_err *err);

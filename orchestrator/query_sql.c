@@ -1025,6 +1025,9 @@ int qsql_prepare(qsql *q, sqlite3_stmt **out, hearth_err *err)
     for (size_t i = 0; i < q->n_filters && rc == 0; i++) {
         sbuf b = {0};
         rc = compile_cond(&c, q->filters[i], NULL, &b);
+        /* A condition cut short by a failed allocation must not drop the filter. */
+        if (rc == 0 && b.oom)
+            rc = herr_set(err, HERR_NOMEM, "out of memory");
         if (rc == 0)
             sb_add(&where, " AND %s", b.s ? b.s : "1");
         free(b.s);

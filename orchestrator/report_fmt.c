@@ -143,9 +143,14 @@ report *report_begin(FILE *out, report_format fmt, size_t ncols, const char *con
             hdr[i].kind = CELL_TEXT;
             hdr[i].s = names[i];
         }
-        report_row(r, hdr, NULL);
+        /* A header cut short by a failed allocation must not pass for a table. */
+        int bad = report_row(r, hdr, NULL);
         r->rows = 0;
         free(hdr);
+        if (bad) {
+            report_abort(r);
+            return NULL;
+        }
     } else if (fmt == REPORT_JSON) {
         fputc('[', out);
     }

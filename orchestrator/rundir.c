@@ -455,6 +455,14 @@ int rundir_exit_code(const char *run_dir, int *code)
     return 1;
 }
 
+int rundir_has_checkpoint(const char *run_dir)
+{
+    char path[4200];
+    struct stat sb;
+    return !rundir_path(path, sizeof path, run_dir, "checkpoints/latest", NULL) &&
+           stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
 int rundir_archive_attempt(const char *run_dir, int attempt, int keep_outputs,
                            hearth_err *err)
 {

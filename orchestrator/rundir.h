@@ -75,6 +75,10 @@ char *rundir_config_yaml(const char *config_json, hearth_err *err);
  * hold a number (a job that never got to write it). */
 int rundir_exit_code(const char *run_dir, int *code);
 
+/* 1 when RUN_DIR/checkpoints/latest exists: the next attempt resumes from that
+ * checkpoint (the job script passes --resume RUN_DIR; docs/checkpoints.md). */
+int rundir_has_checkpoint(const char *run_dir);
+
 /* Before attempt `attempt` (2, 3, ...) of a run: moves the previous attempt's stdout.log,
  * stderr.log and exit_code (and, unless `keep_outputs`, metrics.jsonl and result.json) into
  * RUN_DIR/attempt-<attempt-1>/.  A preempted run keeps its outputs (its checkpoint lives

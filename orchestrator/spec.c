@@ -381,10 +381,12 @@ static int make_value(reader *r, const char *key, const yaml_tree_node *n, spec_
     } else {
         char *buf = NULL;
         size_t len = 0, cap = 0;
-        if (flow_text(n, &buf, &len, &cap) || !own(r, buf)) {
+        if (flow_text(n, &buf, &len, &cap)) {
             free(buf);
             return nomem(r);
         }
+        if (!own(r, buf))   /* own freed it */
+            return nomem(r);
         v->text = buf;
     }
     spec_value_typed(n, v->text, key, &v->typed);
@@ -539,10 +541,8 @@ static int read_resources(reader *r, const yaml_tree_node *map)
             if ((rc = expect_kind(r, key, n, YAML_TREE_SEQ, "a list of strings")))
                 return rc;
             const char **items = calloc((size_t)n->n_items + 1, sizeof *items);
-            if (!items || !own(r, (char *)items)) {
-                free(items);
+            if (!items || !own(r, (char *)items))   /* own freed it */
                 return nomem(r);
-            }
             for (int k = 0; k < n->n_items; k++) {
                 const yaml_tree_node *it = n->items[k];
                 if (!it || it->kind != YAML_TREE_SCALAR || yaml_tree_is_null(it) ||
@@ -1155,4 +1155,17 @@ void spec_free(spec *s)
     free(s->owned);
     yaml_tree_free(s->tree);
     free(s);
+}
+
+const char *const *spec_keys(spec_key_group g)
+{
+    switch (g) {
+    case SPEC_KEYS_TOP: return top_keys;
+    case SPEC_KEYS_RES_INT: return resource_int_keys;
+    case SPEC_KEYS_RES_STR: return resource_str_keys;
+    case SPEC_KEYS_RES_LIST: return resource_list_keys;
+    case SPEC_KEYS_RES_BOOL: return resource_bool_keys;
+    case SPEC_KEYS_RES_SPEC_INT: return resource_spec_int_keys;
+    }
+    return NULL;
 }

@@ -153,6 +153,13 @@ int spec_key_is_resource(const char *key);
  * "D-HH:MM:SS"); -1 when the text is not one or is zero.  `seconds` may be NULL. */
 int spec_time_seconds(const char *text, int64_t *seconds);
 
+/* The keys a spec knows, NULL-terminated, for its generated manual page hearth-spec(5):
+ * top-level keys, then resources keys by kind (swept integers, swept strings, lists,
+ * booleans, spec-only integers).  NULL for another group. */
+typedef enum { SPEC_KEYS_TOP = 0, SPEC_KEYS_RES_INT, SPEC_KEYS_RES_STR, SPEC_KEYS_RES_LIST,
+               SPEC_KEYS_RES_BOOL, SPEC_KEYS_RES_SPEC_INT } spec_key_group;
+const char *const *spec_keys(spec_key_group g);
+
 /* Maps a 1-based column inside the `where` expression to a FILE line and column. */
 void spec_where_position(const spec *s, int expr_col, int *line, int *col);
 

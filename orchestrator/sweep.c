@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "ingest.h"
+#include "progress.h"
 #include "render.h"
 #include "run_state.h"
 #include "runs_db.h"
@@ -42,8 +43,7 @@ typedef struct {
     double last_reload;
     char *tmpl;
     char tmpl_name[256];
-    char progress[256];
-    int line_open;            /* a \r progress line is on the terminal */
+    progress prog;            /* the [N/T] line and messages (progress.h) */
     flight **batch;           /* submitted state recorded, waiting for submit_many */
     size_t nbatch, capbatch;
 } sweeper;
@@ -62,52 +62,26 @@ long sweep_in_flight(const long c[])
 
 /* ---- progress and messages ------------------------------------------------------------- */
 
-static void progress(sweeper *sw, int force)
+static void show_progress(sweeper *sw)
 {
-    FILE *f = sw->o->progress;
-    if (!f)
-        return;
     sweep_result *r = sw->res;
     long failed = r->failed + r->timeout + r->cancelled;
     long started = r->completed + failed + (long)sw->nfl;
     long total = started + (long)(sw->qn - sw->qi);
-    if (total == 0 && !sw->progress[0])
+    if (total == 0 && !sw->prog.line[0])
         return;   /* nothing to run: no "[0/0]" line */
-    char line[256];
-    snprintf(line, sizeof line, "[%ld/%ld] running %zu \xc2\xb7 done %ld \xc2\xb7 failed %ld",
-             started, total, sw->nfl, r->completed, failed);
-    if (!force && strcmp(line, sw->progress) == 0)
-        return;
-    snprintf(sw->progress, sizeof sw->progress, "%s", line);
-    if (sw->o->progress_tty) {
-        fprintf(f, "\r%s\033[K", line);
-        sw->line_open = 1;
-    } else {
-        fprintf(f, "%s\n", line);
-    }
-    fflush(f);
+    progress_counts(&sw->prog, started, total, (long)sw->nfl, r->completed, failed);
 }
 
 static void say(sweeper *sw, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void say(sweeper *sw, const char *fmt, ...)
 {
-    FILE *f = sw->o->progress;
-    if (!f)
-        return;
-    if (sw->line_open)
-        fprintf(f, "\r\033[K");
+    char msg[1536];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(f, "hearth: ");
-    vfprintf(f, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fprintf(f, "\n");
-    sw->line_open = 0;
-    if (sw->o->progress_tty && sw->progress[0]) {
-        fprintf(f, "%s\033[K", sw->progress);
-        sw->line_open = 1;
-    }
-    fflush(f);
+    progress_say(&sw->prog, "%s", msg);
 }
 
 static void count_end(sweeper *sw, run_state s)
@@ -593,7 +567,8 @@ static int launch(sweeper *sw, const char *run_id)
     }
     if (ri.state == RUN_REQUEUED && ri.attempts >= 1 &&
         rundir_archive_attempt(f->run_dir, ri.attempts + 1,
-                               ri.has_exit_code && ri.exit_code == 75, &jerr)) {
+                               (ri.has_exit_code && ri.exit_code == 75) ||
+                                   rundir_has_checkpoint(f->run_dir), &jerr)) {
         rc = fail_run(sw, run_id, jerr.msg);
         goto done;
     }
@@ -845,6 +820,7 @@ int sweep_run(hearth_db *db, backend *b, const sweep_opts *o, sweep_result *res,
     sw.db = db;
     sw.b = b;
     sw.o = o;
+    progress_init(&sw.prog, o->progress, o->progress_tty, PROGRESS_PLAIN_INTERVAL_S);
     sw.res = res;
     sw.err = err;
     int rc = reconcile(&sw);
@@ -908,7 +884,7 @@ int sweep_run(hearth_db *db, backend *b, const sweep_opts *o, sweep_result *res,
         }
         if (rc)
             break;
-        progress(&sw, 0);
+        show_progress(&sw);
         if (sw.nfl == 0) {
             if (stopping)
                 break;
@@ -931,11 +907,8 @@ int sweep_run(hearth_db *db, backend *b, const sweep_opts *o, sweep_result *res,
             flight_free(f);
         }
     }
-    progress(&sw, 0);
-    if (o->progress && o->progress_tty && sw.line_open) {
-        fprintf(o->progress, "\n");
-        fflush(o->progress);
-    }
+    show_progress(&sw);
+    progress_end(&sw.prog);
     long c[RUN_STATE_COUNT];
     hearth_err e2;
     if (runs_db_state_counts(db, o->experiment, c, &e2) == 0)

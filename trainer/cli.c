@@ -5,7 +5,8 @@
 
 void cli_usage(FILE *f)
 {
-    fputs("usage: hearth-train --config FILE --out DIR [--set KEY=VALUE]...\n"
+    fputs("usage: hearth-train --config FILE --out DIR [--set KEY=VALUE]... [--resume DIR]\n"
+          "                    [--init-from HF_DIR] [--export-hf DIR [--export-dtype T]]\n"
           "       hearth-train --set model=PRESET [--set KEY=VALUE]... --out DIR\n"
           "       hearth-train --check-bootstrap\n"
           "       hearth-train --help | --version\n"
@@ -17,6 +18,15 @@ void cli_usage(FILE *f)
           "  --out DIR          run directory, created if missing\n"
           "  --set KEY=VALUE    override a config key, dotted (train.steps=10); repeatable,\n"
           "                     applied in order after the file\n"
+          "  --resume DIR       continue from a checkpoint: DIR is a checkpoint directory\n"
+          "                     or a run directory (its checkpoints/latest); the config\n"
+          "                     must be the checkpoint's (docs/checkpoints.md)\n"
+          "  --init-from DIR    start from a Hugging Face Qwen2.5-VL checkpoint (config.json\n"
+          "                     and safetensors, sharded or not); its config must match\n"
+          "                     the run's model shape\n"
+          "  --export-hf DIR    at the end, write the parameters as a Hugging Face\n"
+          "                     Qwen2.5-VL checkpoint (config.json + safetensors)\n"
+          "  --export-dtype T   f32 (default, lossless) or bf16 for --export-hf\n"
           "  --check-bootstrap  join the job (PMIx under srun --mpi=pmix or mpirun, else\n"
           "                     RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, else one rank),\n"
           "                     exchange a blob with every rank, print what arrived;\n"
@@ -25,7 +35,8 @@ void cli_usage(FILE *f)
           "  --version          print the version\n"
           "\n"
           "exit status: 0 done, 1 runtime failure, 2 usage or config error,\n"
-          "             3 diverged (loss NaN or infinite)\n", f);
+          "             3 diverged (loss NaN or infinite),\n"
+          "             75 preempted (SIGTERM or SIGUSR2) after writing a checkpoint\n", f);
 }
 
 void cli_args_free(cli_args *a)
@@ -88,6 +99,38 @@ static int opt_value(const char *name, int argc, char **argv, int *i, const char
     return 1;
 }
 
+/* The options taking one string value, each given at most once. */
+static int string_option(cli_args *a, int argc, char **argv, int *i, hearth_err *err,
+                         int *rc)
+{
+    struct {
+        const char *name, *what;
+        const char **slot;
+    } opts[] = {
+        { "--config", "file name", &a->config },
+        { "--out", "directory name", &a->out_dir },
+        { "--resume", "directory name", &a->resume },
+        { "--init-from", "directory name", &a->init_from },
+        { "--export-hf", "directory name", &a->export_hf },
+        { "--export-dtype", "dtype", &a->export_dtype },
+    };
+    for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++) {
+        const char *val = NULL;
+        if (!opt_value(opts[k].name, argc, argv, i, &val, err, rc))
+            continue;
+        if (*rc)
+            return 1;
+        if (*opts[k].slot)
+            *rc = herr_set(err, HERR_CONFIG, "%s: given twice", opts[k].name);
+        else if (!*val)
+            *rc = herr_set(err, HERR_CONFIG, "%s: empty %s", opts[k].name, opts[k].what);
+        else
+            *opts[k].slot = val;
+        return 1;
+    }
+    return 0;
+}
+
 int cli_parse(cli_args *a, int argc, char **argv, hearth_err *err)
 {
     memset(a, 0, sizeof *a);
@@ -100,22 +143,9 @@ int cli_parse(cli_args *a, int argc, char **argv, hearth_err *err)
             a->version = 1;
         } else if (!strcmp(arg, "--check-bootstrap")) {
             a->check_bootstrap = 1;
-        } else if (opt_value("--config", argc, argv, &i, &val, err, &rc)) {
+        } else if (string_option(a, argc, argv, &i, err, &rc)) {
             if (rc)
                 return rc;
-            if (a->config)
-                return herr_set(err, HERR_CONFIG, "--config: given twice");
-            if (!*val)
-                return herr_set(err, HERR_CONFIG, "--config: empty file name");
-            a->config = val;
-        } else if (opt_value("--out", argc, argv, &i, &val, err, &rc)) {
-            if (rc)
-                return rc;
-            if (a->out_dir)
-                return herr_set(err, HERR_CONFIG, "--out: given twice");
-            if (!*val)
-                return herr_set(err, HERR_CONFIG, "--out: empty directory name");
-            a->out_dir = val;
         } else if (opt_value("--set", argc, argv, &i, &val, err, &rc)) {
             if (rc)
                 return rc;
@@ -130,12 +160,17 @@ int cli_parse(cli_args *a, int argc, char **argv, hearth_err *err)
     if (a->help || a->version)
         return 0;
     if (a->check_bootstrap) {
-        if (a->config || a->out_dir || a->n_ovr)
+        if (a->config || a->out_dir || a->n_ovr || a->resume)
             return herr_set(err, HERR_CONFIG, "--check-bootstrap: takes no other option");
         return 0;
     }
     if (!a->out_dir)
         return herr_set(err, HERR_CONFIG, "--out: missing (the run directory is required)");
+    if (a->export_dtype && strcmp(a->export_dtype, "f32") && strcmp(a->export_dtype, "bf16"))
+        return herr_set(err, HERR_CONFIG, "--export-dtype: %s: expected f32 or bf16",
+                        a->export_dtype);
+    if (a->export_dtype && !a->export_hf)
+        return herr_set(err, HERR_CONFIG, "--export-dtype: needs --export-hf DIR");
     if (!a->config && a->n_ovr == 0)
         return herr_set(err, HERR_CONFIG, "--config: missing (give a run config, or at "
                         "least --set model=PRESET)");

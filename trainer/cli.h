@@ -2,6 +2,8 @@
  *
  *   hearth-train --config FILE --out DIR [--set KEY=VALUE]...
  *   hearth-train --set model=tiny-vlm --out DIR          (no file: overrides only)
+ *   hearth-train ... --resume DIR                         (continue from a checkpoint)
+ *   hearth-train ... --init-from HF_DIR --export-hf DIR   (Hugging Face checkpoints)
  *   hearth-train --check-bootstrap                        (see bootstrap.h)
  *   hearth-train --help | --version
  *
@@ -17,6 +19,10 @@
 typedef struct {
     const char *config;        /* borrowed from argv; NULL = overrides only */
     const char *out_dir;       /* borrowed from argv */
+    const char *resume;        /* --resume DIR (run or checkpoint directory); borrowed */
+    const char *init_from;     /* --init-from DIR (Hugging Face checkpoint); borrowed */
+    const char *export_hf;     /* --export-hf DIR; borrowed */
+    const char *export_dtype;  /* --export-dtype f32|bf16; NULL = f32; borrowed */
     config_override *ovr;      /* [n_ovr]; keys and values point into ovr_text */
     int n_ovr;
     char **ovr_text;           /* [n_ovr] malloc'd copies "KEY\0VALUE" */

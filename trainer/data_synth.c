@@ -166,6 +166,35 @@ static int grow(void **buf, size_t *cap, size_t need, size_t elem, hearth_err *e
     return 0;
 }
 
+int synth_batch_reserve(synth_batch *b, size_t n_tokens, size_t n_images, size_t n_pixels,
+                        size_t n_scratch, hearth_err *err)
+{
+    size_t cap = b->cap_tokens;
+    int rc = grow((void **)&b->tokens, &cap, n_tokens, sizeof(int), err);
+    if (!rc && cap != b->cap_tokens) {      /* targets follow tokens' capacity */
+        int *q = realloc(b->targets, cap * sizeof(int));
+        if (!q)
+            return herr_set(err, HERR_NOMEM, "data: out of memory");
+        b->targets = q;
+        b->cap_tokens = cap;
+    }
+    size_t icap = b->cap_images;
+    if (!rc)
+        rc = grow((void **)&b->grid_thw, &icap, n_images, 3 * sizeof(int), err);
+    if (!rc && icap != b->cap_images) {     /* image_class follows grid_thw's capacity */
+        int *q = realloc(b->image_class, icap * sizeof(int));
+        if (!q)
+            return herr_set(err, HERR_NOMEM, "data: out of memory");
+        b->image_class = q;
+        b->cap_images = icap;
+    }
+    if (!rc)
+        rc = grow((void **)&b->pixels, &b->cap_pixels, n_pixels, sizeof(float), err);
+    if (!rc)
+        rc = grow((void **)&b->scratch, &b->cap_scratch, n_scratch, sizeof(float), err);
+    return rc;
+}
+
 void synth_batch_free(synth_batch *b)
 {
     if (!b)

@@ -82,6 +82,12 @@ typedef struct {
     size_t cap_scratch;
 } synth_batch;
 
+/* Makes room for n_tokens tokens and targets, n_images grids and image classes,
+ * n_pixels floats of pixels and n_scratch floats of scratch; contents are kept.  For
+ * other sources that fill a synth_batch (data_shards.h). */
+int synth_batch_reserve(synth_batch *b, size_t n_tokens, size_t n_images, size_t n_pixels,
+                        size_t n_scratch, hearth_err *err);
+
 /* Fills b with samples first_index .. first_index + n_samples - 1. */
 int synth_fill(synth_batch *b, const synth_params *p, uint64_t first_index, int n_samples,
                hearth_err *err);

@@ -28,6 +28,11 @@ typedef struct {
 
 /* Creates (truncates) DIR/metrics.jsonl. */
 int metrics_open(metrics_file *mf, const char *dir, hearth_err *err);
+/* For a resumed run: keeps the lines of DIR/metrics.jsonl up to and including step
+ * `step` (those after it were written after the checkpoint and are run again; a torn
+ * last line ends the kept part), rewriting the file atomically, and opens it for
+ * appending.  A missing file starts empty.  (metrics_resume.c) */
+int metrics_open_resume(metrics_file *mf, const char *dir, int step, hearth_err *err);
 /* Appends the step's line: step, loss, grad_norm, lr, step_ms, tokens, tokens_per_s,
  * encoder_ms, decoder_ms, peak_mem_bytes; flushed. */
 int metrics_append(metrics_file *mf, const train_step_stats *st, long long peak_mem_bytes,

@@ -1,15 +1,49 @@
 #include "run.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt.h"
 #include "fp8_policy.h"
 #include "outputs.h"
 #include "runlog.h"
 #include "summary.h"
 #include "train.h"
 #include "version.h"
+
+/* Set by SIGTERM / SIGUSR2 (preemption notice): the training loop writes a checkpoint at
+ * the next step boundary and the run exits RUN_EXIT_PREEMPTED.  The handler only sets
+ * this flag, so a second signal while the checkpoint is written changes nothing. */
+static volatile sig_atomic_t preempt_signal;
+
+static void on_preempt(int sig)
+{
+    preempt_signal = sig;
+}
+
+typedef struct {
+    struct sigaction term, usr2;
+} saved_handlers;
+
+static void preempt_install(saved_handlers *old)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_preempt;
+    sa.sa_flags = SA_RESTART;     /* file writes and waits go on undisturbed */
+    sigemptyset(&sa.sa_mask);
+    preempt_signal = 0;
+    sigaction(SIGTERM, &sa, &old->term);
+    sigaction(SIGUSR2, &sa, &old->usr2);
+}
+
+static void preempt_restore(const saved_handlers *old)
+{
+    sigaction(SIGTERM, &old->term, NULL);
+    sigaction(SIGUSR2, &old->usr2, NULL);
+}
 
 static int config_exit(int rc)
 {
@@ -24,9 +58,6 @@ static int check_supported(const run_config *c, hearth_err *err)
     if (c->precision.compute != COMPUTE_FP32)
         return herr_set(err, HERR_CONFIG, "precision.compute: bf16 is not supported on device "
                         "cpu (the CPU path is fp32)");
-    if (c->data.kind != DATA_SYNTHETIC)
-        return herr_set(err, HERR_CONFIG, "data.kind: shards is not supported by this build "
-                        "yet (use synthetic)");
     return 0;
 }
 
@@ -87,8 +118,68 @@ static int finish(runlog *log, const char *dir, const run_config *cfg, const cha
     return 0;
 }
 
+/* --init-from: the Hugging Face checkpoint's parameters replace the initial ones.  A
+ * config that does not match the run's model is a config error (exit 2). */
+static int init_from_hf(runlog *log, const char *dir, const run_config *cfg, trainer *tr)
+{
+    hearth_err err = { { 0 } };
+    int rc = trainer_init_from_hf(tr, &cfg->model, dir, &err);
+    if (rc) {
+        runlog_printf(log, "hearth-train: --init-from: %s", err.msg);
+        return config_exit(rc);
+    }
+    runlog_printf(log, "initialised from the Hugging Face checkpoint %s", dir);
+    return 0;
+}
+
+/* --export-hf after a completed run. */
+static int export_hf(runlog *log, const cli_args *a, const run_config *cfg, trainer *tr)
+{
+    hearth_err err = { { 0 } };
+    st_dtype dt = a->export_dtype && !strcmp(a->export_dtype, "bf16") ? ST_BF16 : ST_F32;
+    if (trainer_export_hf(tr, &cfg->model, a->export_hf, dt, &err)) {
+        runlog_printf(log, "hearth-train: --export-hf: %s", err.msg);
+        return RUN_EXIT_FAILED;
+    }
+    runlog_printf(log, "exported the parameters (%s) to %s", dt == ST_BF16 ? "bf16" : "f32",
+                  a->export_hf);
+    return 0;
+}
+
+/* Loads the checkpoint that --resume names into tr and sum; *start = its step.  0 or an
+ * exit status. */
+static int resume(runlog *log, const char *path, const run_config *cfg, trainer *tr,
+                  run_summary *sum, int *start)
+{
+    hearth_err err = { { 0 } };
+    char dir[4400];
+    int rc = ckpt_resolve(path, dir, sizeof dir, &err);
+    if (!rc)
+        rc = ckpt_read(dir, tr, cfg, sum, start, &err);
+    if (rc) {
+        runlog_printf(log, "hearth-train: --resume: %s", err.msg);
+        return rc == HERR_CONFIG ? RUN_EXIT_USAGE : RUN_EXIT_FAILED;
+    }
+    runlog_printf(log, "resumed from %s: step %d of %d", dir, *start, cfg->train.steps);
+    return 0;
+}
+
+/* Writes the checkpoint after the steps done; 0 or -1 (logged). */
+static int checkpoint(runlog *log, const char *dir, const run_config *cfg, trainer *tr,
+                      const char *hash, const run_summary *sum)
+{
+    hearth_err err = { { 0 } };
+    char where[4400];
+    if (ckpt_write(dir, tr, cfg, hash, sum, NULL, where, sizeof where, &err)) {
+        runlog_printf(log, "hearth-train: %s", err.msg);
+        return -1;
+    }
+    runlog_printf(log, "checkpoint: %s", where);
+    return 0;
+}
+
 static int train_loop(runlog *log, const char *dir, const run_config *cfg, trainer *tr,
-                      const char *hash)
+                      const char *hash, const char *resume_from)
 {
     hearth_err err = { { 0 } };
     metrics_file mf = { 0 };
@@ -97,13 +188,33 @@ static int train_loop(runlog *log, const char *dir, const run_config *cfg, train
     shape_count_flops(&cfg->model, cfg->train.seq_len, &fl);
     summary_init(&sum, cfg->train.measure_from, &fl);
     const char *status = "done";
-    int exit_code = RUN_EXIT_DONE;
-    if (metrics_open(&mf, dir, &err)) {
+    int exit_code = RUN_EXIT_DONE, start = 0;
+    if (resume_from && (exit_code = resume(log, resume_from, cfg, tr, &sum, &start))) {
+        summary_free(&sum);
+        return exit_code;
+    }
+    int saved = resume_from ? start : -1;   /* the step of the newest checkpoint */
+    if (resume_from ? metrics_open_resume(&mf, dir, start, &err) : metrics_open(&mf, dir, &err)) {
         runlog_printf(log, "hearth-train: %s", err.msg);
         status = "failed";
         exit_code = RUN_EXIT_FAILED;
     }
-    for (int s = 1; exit_code == RUN_EXIT_DONE && s <= cfg->train.steps; s++) {
+    for (int s = start + 1; exit_code == RUN_EXIT_DONE && s <= cfg->train.steps + 1; s++) {
+        /* Step boundary: a preemption notice stops the run here, unless it is done. */
+        if (preempt_signal && s <= cfg->train.steps) {
+            runlog_printf(log, "hearth-train: signal %d: checkpoint after step %d, then exit "
+                          "%d (preempted)", (int)preempt_signal, s - 1, RUN_EXIT_PREEMPTED);
+            if (saved != s - 1 && checkpoint(log, dir, cfg, tr, hash, &sum)) {
+                status = "failed";
+                exit_code = RUN_EXIT_FAILED;
+                break;
+            }
+            metrics_close(&mf);
+            summary_free(&sum);
+            return RUN_EXIT_PREEMPTED;
+        }
+        if (s > cfg->train.steps)
+            break;
         train_step_stats st;
         int rc = trainer_step(tr, &st, &err);
         if (rc < 0) {
@@ -125,6 +236,13 @@ static int train_loop(runlog *log, const char *dir, const run_config *cfg, train
                           "stopping", s, st.loss, st.grad_norm);
             status = "diverged";
             exit_code = RUN_EXIT_DIVERGED;
+        } else if (cfg->train.checkpoint_every > 0 && s % cfg->train.checkpoint_every == 0 &&
+                   s < cfg->train.steps) {
+            if (checkpoint(log, dir, cfg, tr, hash, &sum)) {
+                status = "failed";
+                exit_code = RUN_EXIT_FAILED;
+            }
+            saved = s;
         }
     }
     metrics_close(&mf);
@@ -157,6 +275,12 @@ int run_main(const cli_args *a)
     }
     trainer *tr = NULL;
     int code = setup(a, &log, cfg, &tr);
+    /* a requeued job repeats its command line with --resume: the checkpoint wins */
+    if (!code && a->init_from && a->resume)
+        runlog_printf(&log, "--init-from %s: not used, the checkpoint of --resume holds the "
+                      "parameters", a->init_from);
+    else if (!code && a->init_from)
+        code = init_from_hf(&log, a->init_from, cfg, tr);
     char hash[65] = { 0 };
     char *json = NULL;
     if (!code) {
@@ -181,10 +305,12 @@ int run_main(const cli_args *a)
                       cfg->train.steps, cfg->train.global_batch, cfg->train.seq_len,
                       cfg->train.micro_batch, cfg->train.lr, cfg->train.min_lr,
                       cfg->train.warmup, (unsigned long long)cfg->train.seed, hash);
-        if (cfg->train.checkpoint_every > 0)
-            runlog_printf(&log, "note: train.checkpoint_every: checkpoints are not written by "
-                          "this build yet; ignored");
-        code = train_loop(&log, a->out_dir, cfg, tr, hash);
+        saved_handlers old;
+        preempt_install(&old);
+        code = train_loop(&log, a->out_dir, cfg, tr, hash, a->resume);
+        preempt_restore(&old);
+        if (code == RUN_EXIT_DONE && a->export_hf)
+            code = export_hf(&log, a, cfg, tr);
     }
     free(json);
     trainer_free(tr);

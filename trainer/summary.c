@@ -24,6 +24,13 @@ void summary_free(run_summary *s)
 
 int summary_add(run_summary *s, const train_step_stats *st, hearth_err *err)
 {
+    return summary_push(s, st->step, st->step_ms, st->tokens,
+                        summary_step_flops(&s->flops_model, st), st->loss, err);
+}
+
+int summary_push(run_summary *s, int step, double step_ms, long tokens, double flops,
+                 double loss, hearth_err *err)
+{
     if (s->n == s->cap) {
         int cap = s->cap ? 2 * s->cap : 64;
         int *a = realloc(s->step, (size_t)cap * sizeof *a);
@@ -42,12 +49,12 @@ int summary_add(run_summary *s, const train_step_stats *st, hearth_err *err)
             return herr_set(err, HERR_NOMEM, "summary: out of memory");
         s->cap = cap;
     }
-    s->step[s->n] = st->step;
-    s->step_ms[s->n] = st->step_ms;
-    s->tokens[s->n] = st->tokens;
-    s->flops[s->n] = summary_step_flops(&s->flops_model, st);
+    s->step[s->n] = step;
+    s->step_ms[s->n] = step_ms;
+    s->tokens[s->n] = tokens;
+    s->flops[s->n] = flops;
     s->n++;
-    s->last_loss = st->loss;
+    s->last_loss = loss;
     return 0;
 }
 

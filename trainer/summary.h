@@ -39,6 +39,10 @@ void summary_init(run_summary *s, int measure_from, const shape_flops *flops);
 double summary_step_flops(const shape_flops *f, const train_step_stats *st);
 void summary_free(run_summary *s);
 int summary_add(run_summary *s, const train_step_stats *st, hearth_err *err);
+/* summary_add with the step's numbers given directly (a resumed run restores the steps
+ * before its checkpoint this way). */
+int summary_push(run_summary *s, int step, double step_ms, long tokens, double flops,
+                 double loss, hearth_err *err);
 void summary_compute(const run_summary *s, summary_numbers *out);
 
 /* Linear interpolation between closest ranks (numpy's default) over sorted[0..n-1],

@@ -1,12 +1,16 @@
 #include "train.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "data_synth.h"
+#include "ckpt_state.h"
+#include "data_source.h"
 #include "fp8_policy.h"
+#include "hf_config.h"
+#include "hf_weights.h"
 #include "kernels.h"
 #include "parallel/ptrain_local.h"
 #include "schedule.h"
@@ -18,7 +22,8 @@
 struct trainer {
     ptrain_local *par;               /* ranks > 1: the layout's ranks as threads */
     model *m;
-    synth_params data;
+    data_source *src;                /* the samples (data.kind) */
+    synth_params data;               /* their geometry: data_source_params(src) */
     lr_schedule sched;
     int global_batch, micro_batch, n_micro;
     double weight_decay, grad_clip;
@@ -62,11 +67,12 @@ int trainer_create(trainer **out, const run_config *cfg, hearth_err *err)
         *out = t;
         return 0;
     }
-    rc = synth_params_from_config(&t->data, cfg, err);
+    rc = data_source_create(&t->src, cfg, err);
     if (rc) {
         free(t);
         return rc;
     }
+    t->data = *data_source_params(t->src);
     t->sched = (lr_schedule){ .lr = cfg->train.lr, .min_lr = cfg->train.min_lr,
                               .warmup = cfg->train.warmup, .steps = cfg->train.steps };
     t->global_batch = gb;
@@ -105,6 +111,7 @@ void trainer_free(trainer *t)
     free(t->adam_m);
     free(t->adam_v);
     model_free(t->m);
+    data_source_free(t->src);
     free(t);
 }
 
@@ -164,10 +171,10 @@ int trainer_step(trainer *t, train_step_stats *st, hearth_err *err)
     st->tokens = (long)t->global_batch * t->data.seq_len;
 
     /* All micro batches first: the loss scale needs the step's target count. */
-    uint64_t first = (uint64_t)(st->step - 1) * (uint64_t)t->global_batch;
     for (int k = 0; k < t->n_micro; k++) {
-        int rc = synth_fill(&t->micro[k], &t->data, first + (uint64_t)k * t->micro_batch,
-                            t->micro_batch, err);
+        uint64_t first = data_source_first(st->step - 1, t->global_batch, t->micro_batch,
+                                           t->n_micro, 0, k);
+        int rc = data_source_fill(t->src, &t->micro[k], first, t->micro_batch, err);
         if (rc)
             return rc;
         st->target_tokens += t->micro[k].n_targets;
@@ -212,4 +219,109 @@ int trainer_step(trainer *t, train_step_stats *st, hearth_err *err)
     optimizer_update(t, (float)st->lr, clip);
     st->step_ms = now_ms() - t0;
     return 0;
+}
+
+int trainer_ranks(const trainer *t)
+{
+    return t->par ? ptrain_local_ranks(t->par) : 1;
+}
+
+/* The single-rank state: the model, then the AdamW moments of every tensor. */
+static int list_state(trainer *t, ckpt_items *l, hearth_err *err)
+{
+    int rc = ckpt_items_add_model(l, t->m, "", err);
+    char name[ST_NAME_MAX + 16];
+    for (int k = 0; !rc && k < 2; k++)
+        for (int i = 0; !rc && i < model_tensor_count(t->m); i++) {
+            const model_tensor *tt = model_tensor_at(t->m, i);
+            snprintf(name, sizeof name, "%s/%s", k ? "adam_v" : "adam_m", tt->name);
+            rc = ckpt_items_add(l, name, ST_F32, (k ? t->adam_v : t->adam_m) + tt->offset,
+                                tt->numel, tt->ndim, tt->dims, err);
+        }
+    return rc;
+}
+
+int trainer_save(trainer *t, const char *dir, hearth_err *err)
+{
+    if (t->par)
+        return ptrain_local_save(t->par, dir, err);
+    char path[4200];
+    ckpt_items l;
+    ckpt_items_init(&l);
+    int rc = ckpt_rank_path(path, sizeof path, dir, 0, err);
+    if (!rc)
+        rc = list_state(t, &l, err);
+    if (!rc)
+        rc = ckpt_items_write(&l, path, t->step, err);
+    ckpt_items_free(&l);
+    return rc;
+}
+
+int trainer_load(trainer *t, const char *dir, int step, hearth_err *err)
+{
+    if (t->par) {
+        int rc = ptrain_local_load(t->par, dir, step, err);
+        if (!rc)
+            t->step = step;
+        return rc;
+    }
+    char path[4200];
+    ckpt_items l;
+    ckpt_items_init(&l);
+    int rc = ckpt_rank_path(path, sizeof path, dir, 0, err);
+    if (!rc)
+        rc = list_state(t, &l, err);
+    if (!rc)
+        rc = ckpt_items_read(&l, path, step, err);
+    ckpt_items_free(&l);
+    if (!rc)
+        t->step = step;
+    return rc;
+}
+
+/* A single-rank model of shape sh for moving whole checkpoints in and out of the
+ * layout's shards (its initial values are overwritten). */
+static int full_model(model **out, const model_shape *sh, hearth_err *err)
+{
+    int rc = model_create(out, sh, 0, err);
+    return rc ? herr_prefix(err, rc, "full model") : 0;
+}
+
+int trainer_init_from_hf(trainer *t, const model_shape *sh, const char *dir,
+                         hearth_err *err)
+{
+    model_shape hf;
+    char file[4200];
+    snprintf(file, sizeof file, "%s/config.json", dir);
+    int rc = hf_config_read(&hf, dir, err);
+    if (!rc)
+        rc = hf_config_check(sh, &hf, file, err);
+    if (rc)
+        return rc;
+    if (!t->par)
+        return hf_weights_load(t->m, dir, err);
+    model *full;
+    if ((rc = full_model(&full, sh, err)))
+        return rc;
+    rc = hf_weights_load(full, dir, err);
+    if (!rc)
+        rc = ptrain_local_scatter(t->par, full, err);
+    model_free(full);
+    return rc;
+}
+
+int trainer_export_hf(trainer *t, const model_shape *sh, const char *dir, st_dtype dtype,
+                      hearth_err *err)
+{
+    if (!t->par)
+        return hf_weights_export(t->m, dir, dtype, HF_EXPORT_SHARD_BYTES, err);
+    model *full;
+    int rc = full_model(&full, sh, err);
+    if (rc)
+        return rc;
+    rc = ptrain_local_gather(t->par, full, err);
+    if (!rc)
+        rc = hf_weights_export(full, dir, dtype, HF_EXPORT_SHARD_BYTES, err);
+    model_free(full);
+    return rc;
 }

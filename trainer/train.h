@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "model/model.h"
+#include "safetensors.h"
 #include "shape/err.h"
 #include "shape/run_config.h"
 
@@ -68,6 +69,29 @@ int trainer_step(trainer *t, train_step_stats *st, hearth_err *err);
 int trainer_steps_done(const trainer *t);
 /* The model (multi-rank: rank 0's first chunk, a shard of the full model). */
 model *trainer_model(trainer *t);
+
+/* Training checkpoints (ckpt.h, docs/checkpoints.md).  trainer_save writes every
+ * rank's state (parameters, optimizer moments, FP8 amax histories) after the steps done
+ * so far to DIR/rank-RRRRR.safetensors (ckpt_rank_path), each file atomically;
+ * trainer_load reads them back into a trainer created from the same config and layout,
+ * which then continues with step `step` + 1 exactly as the saved run would have.
+ * Collective over the ranks; the first error of any rank is returned.  After a failed
+ * load the trainer's state is partly overwritten: free it. */
+int trainer_save(trainer *t, const char *dir, hearth_err *err);
+int trainer_load(trainer *t, const char *dir, int step, hearth_err *err);
+/* The number of ranks (state files). */
+int trainer_ranks(const trainer *t);
+
+/* Hugging Face Qwen2.5-VL checkpoints (hf_weights.h, docs/checkpoints.md).
+ * trainer_init_from_hf checks DIR/config.json against sh (the run's model shape) and
+ * replaces the initial parameters of every rank by the checkpoint's; call it before the
+ * first step.  trainer_export_hf writes the current parameters (gathered from every rank)
+ * with config.json, in shards of at most HF_EXPORT_SHARD_BYTES. */
+#define HF_EXPORT_SHARD_BYTES ((size_t)5 << 30)
+int trainer_init_from_hf(trainer *t, const model_shape *sh, const char *dir,
+                         hearth_err *err);
+int trainer_export_hf(trainer *t, const model_shape *sh, const char *dir, st_dtype dtype,
+                      hearth_err *err);
 
 /* Nonzero when x is NaN or infinite. */
 int train_nonfinite(double x);

@@ -5,12 +5,14 @@ ROOT=$(pwd)
 HEARTH_ABS="$ROOT/$HEARTH"
 TRAIN_ABS="$ROOT/$HEARTH_TRAIN"
 export HEARTH_KILL_GRACE_MS=1500
-unset HEARTH_DB
+unset HEARTH_DB HEARTH_RUNS_DIR HEARTH_BACKEND
 
 # hearth_tmp NAME: a fresh directory in $T, removed at exit; the test cds into it.
 hearth_tmp() {
     T=$(mktemp -d "${TMPDIR:-/tmp}/hearth-cli-$1.XXXXXX")
     trap 'hearth_cleanup' EXIT
+    # The user's config file (user_config.h) must not change what a test sees.
+    export XDG_CONFIG_HOME="$T/.config"
     cd "$T" || exit 1
 }
 

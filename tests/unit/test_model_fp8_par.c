@@ -2,7 +2,8 @@
  * linear kind in FP8 (the LM head and the router included), tp = 2 layouts of a dense and
  * a MoE model (threads on the local communicator) run the amax reductions over the tp
  * group in step on both ranks and compute what one rank computes, up to FP8's own
- * sensitivity.  Two micro batches, so the second runs on delayed scales.
+ * sensitivity.  Two micro batches, so the second runs on delayed scales.  The amax
+ * histories must be identical on both ranks and close to the single rank's.
  *
  * Why the bounds are loose.  FP8 rounding is discontinuous: an element that fp32
  * reordering moves across a rounding midpoint jumps by up to a quarter of its value
@@ -126,6 +127,53 @@ out:
     return rc;
 }
 
+/* The amax reductions: every tp rank ends with the same amax histories, bit for bit
+ * (a split linear's amax is the max over the group; without the reduction each rank
+ * would record its own shard's maximum), and they are the single rank's up to the
+ * reordering of the activations.  Gradient maxima are sensitive to it (an E5M2 rounding
+ * step is 12.5%, and the largest element moves with it: single entries differ by up to
+ * 2x), so the comparison with one rank is on the median entry.  Returns that median
+ * relative difference. */
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double check_amax(tp_run *R, model *ref, const char *preset)
+{
+    float *h[TP], *h1;
+    int *pos[TP], *pos1;
+    size_t n[TP], np[TP], n1, np1;
+    hearth_err err;
+    if (model_fp8_state(ref, &h1, &n1, &pos1, &np1, &err))
+        fail_msg("%s: %s", preset, err.msg);
+    for (int t = 0; t < TP; t++)
+        if (model_fp8_state(R->m[t], &h[t], &n[t], &pos[t], &np[t], &err))
+            fail_msg("%s rank %d: %s", preset, t, err.msg);
+    assert_true(n1 > 0);
+    assert_int_equal(n[0], n1);
+    double *dev = calloc(n1, sizeof *dev);
+    assert_non_null(dev);
+    size_t nz = 0;
+    for (size_t i = 0; i < n1; i++) {
+        for (int t = 1; t < TP; t++)
+            if (memcmp(&h[t][i], &h[0][i], sizeof(float)))
+                fail_msg("%s: amax history entry %zu: rank %d has %.9g, rank 0 %.9g", preset,
+                         i, t, h[t][i], h[0][i]);
+        if (h1[i] != 0)
+            dev[nz++] = fabs((double)h[0][i] - h1[i]) / fabs((double)h1[i]);
+    }
+    assert_true(nz > 0);
+    qsort(dev, nz, sizeof *dev, cmp_double);
+    double median = dev[nz / 2];
+    free(dev);
+    if (median > 0.02)
+        fail_msg("%s: amax histories differ from the single rank's by %.3g (median entry)",
+                 preset, median);
+    return median;
+}
+
 static void check(const char *preset)
 {
     model_shape sh = small(preset);
@@ -206,8 +254,9 @@ static void check(const char *preset)
             free(want);
         }
     }
+    double amax_dev = check_amax(R, ref, preset);
     print_message("# %s tp %d: loss %.3g from one rank (FP8 vs fp32: %.3g), worst gradient "
-                  "%.3g\n", preset, TP, dl, d32, worst);
+                  "%.3g, amax histories %.3g\n", preset, TP, dl, d32, worst, amax_dev);
     assert_true(d32 > 0);                       /* FP8 was on */
     assert_true(dl < 0.01);
     for (int t = 0; t < TP; t++)

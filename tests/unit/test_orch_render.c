@@ -374,6 +374,13 @@ static void test_exit_code_and_archive(void **state)
     assert_int_equal(access(path, F_OK), 0);
     snprintf(path, sizeof path, "%s/attempt-2/exit_code", d);
     assert_int_equal(access(path, F_OK), 0);
+    /* A run with a checkpoint resumes from it (and keeps its outputs, sweep.c). */
+    assert_int_equal(rundir_has_checkpoint(d), 0);
+    snprintf(path, sizeof path, "%s/checkpoints", d);
+    assert_int_equal(mkdir(path, 0777), 0);
+    assert_int_equal(rundir_has_checkpoint(d), 0);
+    write_text(path, "latest", "step-00000002\n");
+    assert_int_equal(rundir_has_checkpoint(d), 1);
     rm_rf(d);
     free(d);
 }

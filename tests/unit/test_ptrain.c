@@ -262,6 +262,12 @@ static const layout_case dense_cases[] = {
     L("model=tiny-vlm", "ranks=8", "parallel.tp=2", "parallel.pp=2", "parallel.dp=2",
       "parallel.vpp=2", "train.micro_batch=1", "train.global_batch=4",
       "parallel.distributed_optimizer=true"),
+    /* data.balance: micro batches reassigned over dp by cost */
+    L("model=tiny-vlm", "ranks=4", "parallel.dp=4", "train.micro_batch=1",
+      "train.global_batch=8", "data.balance=true"),
+    L("model=tiny-vlm", "ranks=4", "parallel.pp=2", "parallel.dp=2", "train.micro_batch=2",
+      "train.global_batch=8", "data.balance=true", "parallel.encoder.strategy=full_separation",
+      "parallel.encoder.tp=1", "parallel.distributed_optimizer=true"),
 };
 
 static const layout_case moe_cases[] = {
@@ -282,6 +288,9 @@ static const layout_case moe_cases[] = {
       "train.global_batch=6"),
     L("model=tiny-vlm-moe", "ranks=4", "parallel.pp=2", "parallel.dp=2", "parallel.ep=2",
       "parallel.a2a_overlap=true", "train.micro_batch=1", "train.global_batch=6"),
+    L("model=tiny-vlm-moe", "ranks=4", "parallel.tp=2", "parallel.dp=2", "parallel.ep=2",
+      "parallel.sp=true", "train.micro_batch=1", "train.global_batch=6", "data.balance=true",
+      "parallel.encoder.strategy=hetero_dp", "parallel.encoder.tp=1"),
 };
 
 static int count_kv(const layout_case *c)

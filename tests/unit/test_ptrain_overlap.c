@@ -8,7 +8,8 @@
  * parallelism and an odd micro batch count per DP rank (the last unit is a single micro
  * batch), pipeline stages with expert parallelism, interleaved stages with a grouped
  * encoder strategy.  A dense model with the flag set runs as without it (no units of
- * two).  test_ptrain.c checks overlap layouts against the single-rank run. */
+ * two).  test_ptrain.c checks overlap layouts against the single-rank run.  The same
+ * harness shows activation recomputation bitwise equal to none on layouts. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -48,37 +49,41 @@ typedef struct {
     model *full;
 } run_out;
 
-/* One run of kv (plus the seed and the overlap switch); fills o. */
-static void run(const char *const *kv, int n, uint64_t seed, int overlap, run_out *o)
+/* One run of kv plus the seed and key=value (the switch compared); fills o. */
+static void run(const char *const *kv, int n, uint64_t seed, const char *key,
+                const char *value, run_out *o)
 {
     runcfg_list l;
     assert_true(n + 2 <= MAX_KV);
     runcfg_init(&l);
     runcfg_add_kv(&l, kv, n);
     runcfg_add_seed(&l, seed % 1000000);
-    runcfg_add(&l, "parallel.a2a_overlap", overlap ? "true" : "false");
+    runcfg_add(&l, key, value);
     run_config *cfg = calloc(1, sizeof *cfg);
     assert_non_null(cfg);
     hearth_err err = { { 0 } };
     if (runcfg_parse(cfg, base_yaml, &l, 0, &err))
         fail_msg("config: %s", err.msg);
     if (ptrun_train(cfg, STEPS, 120000, o->loss, o->grad_norm, &o->full, &err))
-        fail_msg("overlap %d: %s", overlap, err.msg);
+        fail_msg("%s=%s: %s", key, value, err.msg);
     free(cfg);
 }
 
-static void check_same(const char *const *kv, int n)
+/* The layout kv with key=va and with key=vb: bitwise the same run. */
+static void check_same_with(const char *const *kv, int n, const char *key, const char *va,
+                            const char *vb)
 {
     tu_rng rng = tu_rng_fresh();
     uint64_t seed = tu_next(&rng);
     run_out a, b;
     memset(&a, 0, sizeof a);
     memset(&b, 0, sizeof b);
-    run(kv, n, seed, 0, &a);
-    run(kv, n, seed, 1, &b);
+    run(kv, n, seed, key, va, &a);
+    run(kv, n, seed, key, vb, &b);
     char desc[512] = "";
+    snprintf(desc, sizeof desc, "%s %s/%s:", key, va, vb);
     for (int i = 0; i < n; i++)
-        snprintf(desc + strlen(desc), sizeof desc - strlen(desc), "%s%s", i ? " " : "", kv[i]);
+        snprintf(desc + strlen(desc), sizeof desc - strlen(desc), " %s", kv[i]);
     for (int s = 0; s < STEPS; s++)
         if (a.loss[s] != b.loss[s] || a.grad_norm[s] != b.grad_norm[s])
             fail_msg("%s (seed %llu): step %d loss %.17g / %.17g, grad norm %.17g / %.17g",
@@ -96,11 +101,13 @@ static void check_same(const char *const *kv, int n)
     model_free(b.full);
 }
 
-#define CHECK(...)                                                                      \
+#define CHECK_WITH(key, va, vb, ...)                                                    \
     do {                                                                                \
         const char *kv_[] = { __VA_ARGS__ };                                            \
-        check_same(kv_, (int)(sizeof kv_ / sizeof kv_[0]));                             \
+        check_same_with(kv_, (int)(sizeof kv_ / sizeof kv_[0]), key, va, vb);           \
     } while (0)
+/* a2a overlap off and on */
+#define CHECK(...) CHECK_WITH("parallel.a2a_overlap", "false", "true", __VA_ARGS__)
 
 static void test_tp_ep_sp_odd(void **state)
 {
@@ -131,6 +138,19 @@ static void test_dense_unaffected(void **state)
           "train.global_batch=3");
 }
 
+/* Activation recomputation on layouts: the recomputed forward reruns the sequence-
+ * parallel gathers in the backward, with a2a overlap pairs and pipeline slots. */
+static void test_recompute_layouts(void **state)
+{
+    (void)state;
+    CHECK_WITH("train.recompute", "none", "full", "model=tiny-vlm-moe", "ranks=4",
+               "parallel.tp=2", "parallel.dp=2", "parallel.ep=2", "parallel.sp=true",
+               "parallel.a2a_overlap=true", "train.micro_batch=1", "train.global_batch=4");
+    CHECK_WITH("train.recompute", "none", "selective", "model=tiny-vlm", "ranks=4",
+               "parallel.tp=2", "parallel.pp=2", "parallel.sp=true", "train.micro_batch=1",
+               "train.global_batch=3");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -138,6 +158,7 @@ int main(void)
         cmocka_unit_test(test_pp_ep),
         cmocka_unit_test(test_vpp_hetero_dp),
         cmocka_unit_test(test_dense_unaffected),
+        cmocka_unit_test(test_recompute_layouts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

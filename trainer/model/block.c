@@ -252,39 +252,77 @@ static int row_linear_backward(stack *st, fp8_layer *f8, int kind, float *dinp, 
 
 /* Carves every activation and scratch buffer for N tokens, Nl of them local (see
  * farena). */
+/* Activations that recomputation rebuilds in the backward are carved once and shared by
+ * every layer (the layer being recomputed owns them meanwhile): with `selective` the
+ * norm outputs and the dense MLP activation, with `full` everything a layer keeps except
+ * its input (st->xs) and the MoE routing and expert rows.  The arena is then one layer's
+ * set instead of L. */
+enum {
+    SH_H1, SH_MEAN1, SH_RSTD1, SH_QR, SH_KR, SH_QRS, SH_KRS, SH_Q, SH_K, SH_V, SH_ATT,
+    SH_LSE, SH_X1, SH_H2, SH_MEAN2, SH_RSTD2, SH_U, SH_A, SH_COUNT
+};
+
+typedef struct {
+    farena *fa;
+    unsigned share;             /* bit SH_x: buffer x is shared */
+    unsigned taken;             /* bit SH_x: the shared buffer x is carved (buf[x]) */
+    float *buf[SH_COUNT];       /* NULL in the sizing pass */
+} layer_take;
+
+static unsigned recompute_shared(int recompute)
+{
+    if (recompute == RECOMPUTE_FULL)
+        return (1u << SH_COUNT) - 1;
+    if (recompute == RECOMPUTE_SELECTIVE)
+        return 1u << SH_H1 | 1u << SH_H2 | 1u << SH_A;
+    return 0;
+}
+
+static float *take(layer_take *lt, int which, size_t n)
+{
+    if (!(lt->share >> which & 1u))
+        return fa_take(lt->fa, n);
+    if (!(lt->taken >> which & 1u)) {
+        lt->buf[which] = fa_take(lt->fa, n);
+        lt->taken |= 1u << which;
+    }
+    return lt->buf[which];
+}
+
 static void stack_take(stack *st, farena *fa, iarena *ia, int N, int Nl)
 {
     const stack_cfg *c = &st->c;
     size_t n = (size_t)N, nl = (size_t)Nl;
     int qkn = c->s->qk_norm;
     int any_moe = 0, any_dense = 0;
+    layer_take lt = { .fa = fa, .share = recompute_shared(c->s->recompute) };
 
     for (int l = 0; l <= st->L; l++)
         st->xs[l] = fa_take(fa, nl * c->H);
     for (int l = 0; l < st->L; l++) {
         block *b = &st->layers[l];
-        b->h1 = fa_take(fa, n * c->H);
-        b->mean1 = fa_take(fa, nl);
-        b->rstd1 = fa_take(fa, nl);
-        b->qr = qkn ? fa_take(fa, n * c->QD) : NULL;
-        b->kr = qkn ? fa_take(fa, n * c->KD) : NULL;
-        b->qrs = qkn ? fa_take(fa, n * c->Hq) : NULL;
-        b->krs = qkn ? fa_take(fa, n * c->Hkv) : NULL;
-        b->q = fa_take(fa, n * c->QD);
-        b->k = fa_take(fa, n * c->KD);
-        b->v = fa_take(fa, n * c->KD);
-        b->att = fa_take(fa, n * c->QD);
-        b->lse = fa_take(fa, n * c->Hq);
-        b->x1 = fa_take(fa, nl * c->H);
-        b->h2 = fa_take(fa, n * c->H);
-        b->mean2 = fa_take(fa, nl);
-        b->rstd2 = fa_take(fa, nl);
+        b->h1 = take(&lt, SH_H1, n * c->H);
+        b->mean1 = take(&lt, SH_MEAN1, nl);
+        b->rstd1 = take(&lt, SH_RSTD1, nl);
+        b->qr = qkn ? take(&lt, SH_QR, n * c->QD) : NULL;
+        b->kr = qkn ? take(&lt, SH_KR, n * c->KD) : NULL;
+        b->qrs = qkn ? take(&lt, SH_QRS, n * c->Hq) : NULL;
+        b->krs = qkn ? take(&lt, SH_KRS, n * c->Hkv) : NULL;
+        b->q = take(&lt, SH_Q, n * c->QD);
+        b->k = take(&lt, SH_K, n * c->KD);
+        b->v = take(&lt, SH_V, n * c->KD);
+        b->att = take(&lt, SH_ATT, n * c->QD);
+        b->lse = take(&lt, SH_LSE, n * c->Hq);
+        b->x1 = take(&lt, SH_X1, nl * c->H);
+        b->h2 = take(&lt, SH_H2, n * c->H);
+        b->mean2 = take(&lt, SH_MEAN2, nl);
+        b->rstd2 = take(&lt, SH_RSTD2, nl);
         if (b->moe) {
             moe_take(c, b, fa, ia, N);
             any_moe = 1;
         } else {
-            b->u = fa_take(fa, n * c->Fu);
-            b->a = fa_take(fa, n * c->F);
+            b->u = take(&lt, SH_U, n * c->Fu);
+            b->a = take(&lt, SH_A, n * c->F);
             any_dense = 1;
         }
     }
@@ -347,6 +385,7 @@ int stack_reserve(stack *st, int N, hearth_err *err)
         return herr_set(err, HERR_NOMEM, "model: out of memory for activations of %d "
                         "tokens (%zu floats)", N, fa.used);
     }
+    st->fbuf_floats = fa.used;
     fa.base = st->fbuf;
     fa.used = 0;
     ia.base = st->ibuf;
@@ -358,6 +397,19 @@ int stack_reserve(stack *st, int N, hearth_err *err)
 
 /* ---- forward ------------------------------------------------------------------------ */
 
+/* The attention norm: b->h1 holds its output over all N rows (gathered under sp). */
+static int attn_norm_forward(stack *st, block *b, const float *x, const stack_ctx *ctx,
+                             const float **h1, hearth_err *err)
+{
+    const stack_cfg *c = &st->c;
+    const stack_shape *s = c->s;
+    int Nl = ctx->N_local;
+    float *h1l = own_rows(st, b->h1, Nl, c->H);
+    norm_forward(s->norm, h1l, b->mean1, b->rstd1, x, b->p.attn_norm_w, b->p.attn_norm_b, Nl,
+                 c->H, s->norm_eps);
+    return rows_gather(st, h1l, b->h1, Nl, c->H, h1, err);
+}
+
 static int attn_forward(stack *st, block *b, const float *x, const stack_ctx *ctx,
                         hearth_err *err)
 {
@@ -367,10 +419,7 @@ static int attn_forward(stack *st, block *b, const float *x, const stack_ctx *ct
     const block_params *p = &b->p;
     int N = ctx->N, Nl = ctx->N_local;
     const float *h1;
-    float *h1l = own_rows(st, b->h1, Nl, c->H);
-    norm_forward(s->norm, h1l, b->mean1, b->rstd1, x, p->attn_norm_w, p->attn_norm_b, Nl,
-                 c->H, s->norm_eps);
-    int rc = rows_gather(st, h1l, b->h1, Nl, c->H, &h1, err);
+    int rc = attn_norm_forward(st, b, x, ctx, &h1, err);
     if (rc)
         return rc;
     if ((rc = fp8_linear_forward(p->fp8, FP8_QKV, 0, N, sc->qkv, h1, p->qkv_w, p->qkv_b, N,
@@ -425,11 +474,18 @@ static void mlp_residual(stack *st, block *b, float *out, int Nl)
     kcpu_add(out, b->x1, own_rows(st, st->sc.tmp, Nl, st->c.H), (size_t)Nl * st->c.H);
 }
 
+static void mlp_act_forward(const stack_cfg *c, block *b, int N)
+{
+    if (c->s->mlp == MLP_SWIGLU)
+        kcpu_swiglu_forward(b->a, b->u, N, c->F);
+    else
+        kcpu_gelu_forward(b->a, b->u, (size_t)N * c->F, c->gelu);
+}
+
 static int dense_mlp_forward(stack *st, block *b, float *out, const stack_ctx *ctx,
                              hearth_err *err)
 {
     const stack_cfg *c = &st->c;
-    const stack_shape *s = c->s;
     const block_params *p = &b->p;
     int N = ctx->N, Nl = ctx->N_local, rc;
     const float *h2;
@@ -438,10 +494,7 @@ static int dense_mlp_forward(stack *st, block *b, float *out, const stack_ctx *c
     if ((rc = fp8_linear_forward(p->fp8, FP8_FC1, 0, N, b->u, h2, p->fc1_w, p->fc1_b, N,
                                  c->H, c->Fu, err)))
         return rc;
-    if (s->mlp == MLP_SWIGLU)
-        kcpu_swiglu_forward(b->a, b->u, N, c->F);
-    else
-        kcpu_gelu_forward(b->a, b->u, (size_t)N * c->F, c->gelu);
+    mlp_act_forward(c, b, N);
     if ((rc = row_linear_forward(st, p->fp8, FP8_FC2, st->sc.tmp, b->a, p->fc2_w, p->fc2_b, N, Nl, c->F, c->H,
                                  err)))
         return rc;
@@ -552,6 +605,39 @@ int stack_forward(stack *st, const stack_ctx *ctx, double *aux, hearth_err *err)
     int rc = stack_forward_pair(sts, ctxs, a, err);
     *aux = a[0];
     return rc;
+}
+
+/* ---- recomputation ------------------------------------------------------------------ */
+
+/* Rebuilds what recomputation dropped of layer l's activations (stack_take), with the
+ * forward's own functions in the forward's order, so the values are bitwise the ones the
+ * forward had (the CPU kernels are deterministic) and so are the gradients.  Collectives
+ * inside (sequence-parallel gathers) run again on every rank of the group alike.  The
+ * MoE routing and expert rows are kept per layer: nothing of the all-to-all reruns. */
+static int recompute_layer(stack *st, int l, const stack_ctx *ctx, hearth_err *err)
+{
+    const stack_cfg *c = &st->c;
+    block *b = &st->layers[l];
+    int rec = c->s->recompute, rc;
+    if (rec == RECOMPUTE_NONE)
+        return 0;
+    const float *h1, *h2;
+    double aux = b->aux;   /* mlp_norm_forward clears it */
+    if (rec == RECOMPUTE_FULL)
+        rc = attn_forward(st, b, st->xs[l], ctx, err);
+    else
+        rc = attn_norm_forward(st, b, st->xs[l], ctx, &h1, err);
+    if (rc || (rc = mlp_norm_forward(st, b, ctx, &h2, err)))
+        return rc;
+    b->aux = aux;
+    if (b->moe)
+        return 0;
+    if (rec == RECOMPUTE_FULL &&
+        (rc = fp8_linear_forward(b->p.fp8, FP8_FC1, 0, ctx->N, b->u, h2, b->p.fc1_w,
+                                 b->p.fc1_b, ctx->N, c->H, c->Fu, err)))
+        return rc;
+    mlp_act_forward(c, b, ctx->N);
+    return 0;
 }
 
 /* ---- backward ----------------------------------------------------------------------- */
@@ -691,6 +777,9 @@ int stack_backward_pair(stack *const st[2], const stack_ctx *const ctx[2], float
     if ((rc = check_pair(st, ctx, err)))
         return rc;
     for (int l = st[0]->L - 1; l >= 0; l--) {
+        for (int j = 0; j < 2; j++)
+            if (st[j] && (rc = recompute_layer(st[j], l, ctx[j], err)))
+                return rc;
         if (!st[1]) {
             for (int k = 0; k < STACK_NODES; k++)
                 if ((rc = backward_node(st[0], l, k, ctx[0], aux_scale, err)))

@@ -91,6 +91,14 @@ int fp8_plan_uses(const fp8_plan *p, int comp, int kind, int layer, int n_layers
  * histories.  HERR_CONFIG on a clone. */
 int model_set_fp8(model *m, const fp8_plan *plan, hearth_err *err);
 
+/* The delayed-scaling state of m, the owner of its amax histories (model_set_fp8; not a
+ * clone): *hist = the histories ([*n_hist] floats), *pos = their ring positions
+ * ([*n_pos] ints), both owned by m and shared with its clones.  For checkpoints: with
+ * the parameters and the optimizer state they are everything a step depends on.  A
+ * model without FP8 gives NULL and 0; a clone gives HERR_RUNTIME. */
+int model_fp8_state(model *m, float **hist, size_t *n_hist, int **pos, size_t *n_pos,
+                    hearth_err *err);
+
 /* ---- inside the model (the files of trainer/model/) ------------------------------------
  * An fp8_layer exists per layer (and for the projector and the head) of each model object;
  * NULL = no FP8.  The two calls below are kcpu_matmul_forward / kcpu_matmul_backward when

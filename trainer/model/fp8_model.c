@@ -182,6 +182,25 @@ static int layout(model *m, fp8_layer *layers, fp8_layer ***slots)
     return n;
 }
 
+int model_fp8_state(model *m, float **hist, size_t *n_hist, int **pos, size_t *n_pos,
+                    hearth_err *err)
+{
+    fp8_model *fm = m->fp8;
+    *hist = NULL;
+    *pos = NULL;
+    *n_hist = *n_pos = 0;
+    if (!fm)
+        return 0;
+    if (!fm->owner)
+        return herr_set(err, HERR_RUNTIME, "fp8: the amax histories belong to the model "
+                        "this one was cloned from");
+    *hist = fm->sh->hist;
+    *pos = fm->sh->pos;
+    *n_hist = fm->sh->units * 3 * (size_t)fm->sh->plan.history;
+    *n_pos = fm->sh->units * 3;
+    return 0;
+}
+
 /* Builds m's fp8_model over `sh` (owned when owner) and points m's parts at it. */
 static int attach(model *m, fp8_shared *sh, int owner, hearth_err *err)
 {

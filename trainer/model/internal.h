@@ -155,6 +155,7 @@ typedef struct {
     int cap;                /* tokens the buffers are sized for */
     float *fbuf;
     int *ibuf;
+    size_t fbuf_floats;             /* size of fbuf (the activation arena) */
 } stack;
 
 /* Per-call context: sequences and RoPE tables for this batch. */

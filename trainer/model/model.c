@@ -329,6 +329,21 @@ size_t model_last_routing(const model *m, int *out, size_t cap)
     return n;
 }
 
+size_t model_stack_activation_bytes(const model *m)
+{
+    return (m->enc.st.fbuf_floats + m->dec.st.fbuf_floats) * sizeof(float);
+}
+
+const float *model_last_hidden(const model *m, int *n_tokens, int *hidden)
+{
+    const decoder_part *d = &m->dec;
+    if (!d->present || !d->has_head || !d->hf || d->n_tokens <= 0)
+        return NULL;
+    *n_tokens = d->n_tokens;
+    *hidden = d->st.c.H;
+    return d->hf;
+}
+
 int model_pin_routing(model *m, const int *idx, size_t n, hearth_err *err)
 {
     int *copy = NULL;

@@ -35,8 +35,10 @@
  *   decoder.embed.weight [vocab, hidden], decoder.pos_embed.weight [max_positions, hidden]
  *   (learned positions), decoder.final_norm.{weight,bias}, decoder.lm_head.weight
  *   (untied only; tied heads use decoder.embed.weight).
- * MoE layers have no MLP biases and an ungated shared expert.  Everything is kept for the
- * backward (stack_shape.recompute is ignored on this reference path). */
+ * MoE layers have no MLP biases and an ungated shared expert.  What the backward needs is
+ * kept, except what stack_shape.recompute drops (selective: norm outputs and the dense MLP
+ * activation; full: all of a block's activations but its input and the MoE routing),
+ * which the backward recomputes layer by layer, bitwise as the forward had it. */
 
 /* Which slice of the full tensor a rank's tensor is, and how its gradient is reduced
  * (model_par.h says what is split how).  The full tensor is viewed as [rows, cols] with
@@ -129,6 +131,16 @@ int model_forward(model *m, const vlm_batch *b, model_stats *stats, hearth_err *
  * may be NULL).  Returns the total count (0 for a dense model).  For tests: finite
  * differences must skip perturbations that change the routing. */
 size_t model_last_routing(const model *m, int *out, size_t cap);
+
+/* Bytes of the encoder's and decoder's block activation arenas as last reserved (what
+ * train.recompute / model.*.recompute shrink): for tests and memory reports. */
+size_t model_stack_activation_bytes(const model *m);
+
+/* The decoder's final-norm output of the last forward, [*n_tokens, *hidden] row-major
+ * (every position, image tokens included): the LM head's input, so logits = hidden x
+ * head weight^T.  For checks against other implementations.  NULL when this model holds
+ * no LM head or has not run a forward.  Valid until the next forward. */
+const float *model_last_hidden(const model *m, int *n_tokens, int *hidden);
 
 /* For gradient checks: makes later forwards use these top-k experts (the layout of
  * model_last_routing, for a batch of the same size) instead of choosing them, so that the

@@ -59,3 +59,18 @@ void model_shard_place(const model_shard *sh, const float *local, float *full)
     size_t bytes = (size_t)sh->ncols * sizeof(float);
     FOR_ROWS(sh, memcpy(full + full_off, local + local_off, bytes));
 }
+
+int model_shard_load_full(model *local, const model *full, hearth_err *err)
+{
+    float *dst = model_params(local);
+    const float *src = model_params((model *)full);
+    for (int i = 0; i < model_tensor_count(local); i++) {
+        const model_tensor *t = model_tensor_at(local, i);
+        const model_tensor *ft = model_tensor_find(full, t->name);
+        if (!ft || ft->numel != model_shard_full_numel(&t->shard))
+            return herr_set(err, HERR_RUNTIME, "%s %s in the full model", t->name,
+                            ft ? "has another size" : "is missing");
+        model_shard_extract(&t->shard, src + ft->offset, dst + t->offset);
+    }
+    return 0;
+}

@@ -19,4 +19,9 @@ void model_shard_extract(const model_shard *sh, const float *full, float *local)
 /* Writes local into its place in full; elements outside the shard are untouched. */
 void model_shard_place(const model_shard *sh, const float *local, float *full);
 
+/* Sets every parameter tensor of `local` (a rank's model, or a single-rank one) to its
+ * shard of the same-named tensor of `full` (a single-rank model of the same shape).
+ * HERR_RUNTIME naming the tensor when full lacks it or its size differs. */
+int model_shard_load_full(model *local, const model *full, hearth_err *err);
+
 #endif

@@ -98,4 +98,12 @@ int param_sync_step(param_sync *s, int step, float lr, float wd, float clip,
  * gets the result.  For tests and checkpoints. */
 int param_sync_gather(param_sync *s, model *full_model, float *full, hearth_err *err);
 
+/* The optimizer state this rank keeps, as arrays for checkpoints: i in
+ * [0, param_sync_state_count) gives the array's name ("adam_m/dp_cp", "adam_v/expert_dp",
+ * ...: the AdamW moments of the rank's own part of each replica bucket, all of the bucket
+ * without the distributed optimizer), its data (owned by s; written by a restore) and
+ * its length.  The same layout always lists the same arrays in the same order. */
+int param_sync_state_count(const param_sync *s);
+float *param_sync_state_at(param_sync *s, int i, const char **name, size_t *n);
+
 #endif

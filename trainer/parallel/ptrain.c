@@ -10,6 +10,8 @@
 
 #include "fp8_policy.h"
 #include "kernels.h"
+#include "model/model_shard.h"
+#include "parallel/dp_balance.h"
 
 double pt_now_ms(void)
 {
@@ -98,11 +100,12 @@ int ptrain_create(ptrain **out, const run_config *cfg, comm *world, hearth_err *
     if (!rc)
         rc = check_supported(t, err);
     if (!rc)
-        rc = synth_params_from_config(&t->data, cfg, err);
+        rc = data_source_create(&t->src, cfg, err);
     if (rc) {
         free(t);
         return rc;
     }
+    t->data = *data_source_params(t->src);
     t->sched = (lr_schedule){ .lr = cfg->train.lr, .min_lr = cfg->train.min_lr,
                               .warmup = cfg->train.warmup, .steps = cfg->train.steps };
     t->M = gb / mb;
@@ -133,7 +136,10 @@ int ptrain_create(ptrain **out, const run_config *cfg, comm *world, hearth_err *
                                 err)))
         return herr_prefix(err, rc, "rank %d", t->rank);
     t->micro = calloc((size_t)t->M_local, sizeof *t->micro);
-    if (!t->micro)
+    t->mb_index = calloc((size_t)t->M_local, sizeof *t->mb_index);
+    t->mb_cost = calloc((size_t)t->M, sizeof *t->mb_cost);
+    t->mb_rank = calloc((size_t)t->M, sizeof *t->mb_rank);
+    if (!t->micro || !t->mb_index || !t->mb_cost || !t->mb_rank)
         return herr_set(err, HERR_NOMEM, "parallel trainer: out of memory");
     if ((rc = pt_pipe_init(t, err)) || (rc = pt_encode_init(t, err)))
         return rc;
@@ -155,6 +161,10 @@ void ptrain_free(ptrain *t)
             free(t->micro[j].img_grad);
         }
     free(t->micro);
+    free(t->mb_index);
+    free(t->mb_cost);
+    free(t->mb_rank);
+    synth_batch_free(&t->probe);
     param_sync_free(t->sync);
     if (t->chunk)
         for (int v = 0; v < t->vpp; v++)
@@ -162,7 +172,18 @@ void ptrain_free(ptrain *t)
     free(t->chunk);
     parallel_state_free(t->enc);
     parallel_state_free(t->dec);
+    data_source_free(t->src);
     free(t);
+}
+
+int ptrain_scatter(ptrain *t, const model *full, hearth_err *err)
+{
+    for (int v = 0; v < t->vpp; v++) {
+        int rc = model_shard_load_full(t->chunk[v], full, err);
+        if (rc)
+            return herr_prefix(err, rc, "chunk %d", v);
+    }
+    return 0;
 }
 
 model *ptrain_model(ptrain *t)
@@ -170,14 +191,62 @@ model *ptrain_model(ptrain *t)
     return t->chunk ? t->chunk[0] : NULL;
 }
 
+/* The estimated cost of one micro batch (its images; every sequence runs through the
+ * decoder at seq_len, padding included, so the decoder adds the same to each). */
+static double micro_cost(const synth_batch *b, const shape_flops *fl, double decoder)
+{
+    double c = decoder;
+    for (int i = 0; i < b->n_images; i++) {
+        const int *g = b->grid_thw + 3 * i;
+        double n = (double)g[0] * g[1] * g[2];
+        c += n * (fl->encoder_per_patch + fl->projector_per_patch) +
+             n * n * fl->encoder_per_patch_sq;
+    }
+    return c;
+}
+
+/* Which micro batches of the step this DP rank trains: its plain share, or with
+ * data.balance the share dp_balance gives it by cost (every rank reads every micro
+ * batch of the step for its size and decides alike). */
+static int plan_micro(ptrain *t, hearth_err *err)
+{
+    int d = t->dec->coords.d, dp = t->lay.dp, rc;
+    if (!t->cfg.data.balance || dp == 1) {
+        for (int j = 0; j < t->M_local; j++)
+            t->mb_index[j] = d * t->M_local + j;
+        return 0;
+    }
+    int mb = t->cfg.train.micro_batch, gb = t->cfg.train.global_batch;
+    shape_flops fl;
+    shape_count_flops(&t->cfg.model, t->data.seq_len, &fl);
+    double decoder = fl.decoder_per_token * (double)mb * t->data.seq_len;
+    for (int m = 0; m < t->M; m++) {
+        uint64_t first = data_source_first(t->step, gb, mb, t->M_local, m / t->M_local,
+                                           m % t->M_local);
+        if ((rc = data_source_fill(t->src, &t->probe, first, mb, err)))
+            return herr_prefix(err, rc, "data.balance");
+        t->mb_cost[m] = micro_cost(&t->probe, &fl, decoder);
+    }
+    if ((rc = dp_balance_assign(t->mb_cost, t->M, dp, DP_BALANCE_ROUNDS, t->mb_rank, NULL,
+                                err)))
+        return rc;
+    int j = 0;
+    for (int m = 0; m < t->M; m++)
+        if (t->mb_rank[m] == d)
+            t->mb_index[j++] = m;
+    return 0;
+}
+
 /* Materialises micro batch j of this DP rank for the step, with its image offsets. */
 static int fill_micro(ptrain *t, int j, hearth_err *err)
 {
     pt_micro *mi = &t->micro[j];
     int mb = t->cfg.train.micro_batch;
-    uint64_t first = (uint64_t)t->step * (uint64_t)t->cfg.train.global_batch +
-                     (uint64_t)(t->dec->coords.d * t->M_local + j) * (uint64_t)mb;
-    int rc = synth_fill(&mi->data, &t->data, first, mb, err);
+    int m = t->mb_index[j];   /* micro batch m of the step: the plain share of DP rank
+                                 m / M_local */
+    uint64_t first = data_source_first(t->step, t->cfg.train.global_batch, mb, t->M_local,
+                                       m / t->M_local, m % t->M_local);
+    int rc = data_source_fill(t->src, &mi->data, first, mb, err);
     if (rc)
         return rc;
     mi->view = synth_view(&mi->data);
@@ -215,7 +284,9 @@ int ptrain_step(ptrain *t, train_step_stats *st, hearth_err *err)
     const ps_coords *k = &t->dec->coords;
     int canonical = k->t == 0 && k->c == 0 && k->p == 0;
     double counts[4] = { 0, 0, 0, 0 };   /* targets, patches, patches^2, images */
-    int rc;
+    int rc = plan_micro(t, err);
+    if (rc)
+        return rc;
     for (int j = 0; j < t->M_local; j++) {
         if ((rc = fill_micro(t, j, err)))
             return rc;

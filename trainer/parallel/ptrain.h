@@ -43,6 +43,19 @@ int ptrain_step(ptrain *t, train_step_stats *st, hearth_err *err);
  * Collective; every rank gets the result. */
 int ptrain_gather(ptrain *t, model *full, float *dst, hearth_err *err);
 
+/* Sets this rank's parameters (every model chunk) to its shard of the parameters of
+ * `full`, a single-rank model of the same shape (e.g. loaded from a Hugging Face
+ * checkpoint).  Optimizer state is untouched.  Not collective. */
+int ptrain_scatter(ptrain *t, const model *full, hearth_err *err);
+
+/* This rank's checkpoint file DIR/rank-RRRRR.safetensors (ckpt_state.h): its model
+ * chunks' parameters and FP8 histories ("param/...", "fp8/..."; prefixed "chunkV/" when
+ * the rank has vpp > 1 chunks) and its optimizer state (param_sync_state_at).  Not
+ * collective: each rank writes or reads its own file; ptrain_load sets the steps done to
+ * `step`. */
+int ptrain_save(ptrain *t, const char *dir, hearth_err *err);
+int ptrain_load(ptrain *t, const char *dir, int step, hearth_err *err);
+
 /* This rank's first model chunk (for inspection). */
 model *ptrain_model(ptrain *t);
 

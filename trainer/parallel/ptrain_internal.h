@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "data_synth.h"
+#include "data_source.h"
 #include "model/model_par.h"
 #include "parallel/param_sync.h"
 #include "parallel/parallel_state.h"
@@ -66,10 +66,16 @@ struct ptrain {
     pt_slot **slots;        /* [vpp][n_slots[v]] */
     int *n_slots;
     param_sync *sync;
-    synth_params data;
+    data_source *src;       /* this rank's samples (data.kind) */
+    synth_params data;      /* their geometry: data_source_params(src) */
     lr_schedule sched;
     int M, M_local;         /* micro batches of the step, of this DP rank */
     pt_micro *micro;        /* [M_local] */
+    int *mb_index;          /* [M_local]: which of the step's M micro batches each is
+                               (d M_local + j, or data.balance's choice) */
+    double *mb_cost;        /* data.balance: [M] estimated cost of each micro batch */
+    int *mb_rank;           /* data.balance: [M] the DP rank that trains it */
+    synth_batch probe;      /* data.balance: a micro batch read for its cost */
     pp_op *ops;             /* op.micro is a unit: micro batches [unit*u, unit*u + unit) */
     int n_ops;
     int unit;               /* micro batches per unit: 2 under a2a_overlap with MoE, else 1 */

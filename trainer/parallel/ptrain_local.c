@@ -15,7 +15,7 @@
 
 #include "parallel/ptrain.h"
 
-enum { CMD_CREATE = 0, CMD_STEP, CMD_GATHER, CMD_QUIT };
+enum { CMD_CREATE = 0, CMD_STEP, CMD_GATHER, CMD_SCATTER, CMD_SAVE, CMD_LOAD, CMD_QUIT };
 
 typedef struct ptrain_local_rank ptrain_local_rank;
 
@@ -44,6 +44,8 @@ struct ptrain_local {
     int n_done;
     int first_fail;         /* the rank whose error came first (-1: none) */
     model *gather_full;
+    const char *ckpt_dir;   /* CMD_SAVE / CMD_LOAD */
+    int ckpt_step;
 };
 
 static void rank_threads(int n)
@@ -80,6 +82,15 @@ static void run_cmd(ptrain_local_rank *r, int cmd)
         r->rc = ptrain_gather(r->tr, p->gather_full, dst, &r->err);
         break;
     }
+    case CMD_SCATTER:
+        r->rc = ptrain_scatter(r->tr, p->gather_full, &r->err);
+        break;
+    case CMD_SAVE:
+        r->rc = ptrain_save(r->tr, p->ckpt_dir, &r->err);
+        break;
+    case CMD_LOAD:
+        r->rc = ptrain_load(r->tr, p->ckpt_dir, p->ckpt_step, &r->err);
+        break;
     default:
         break;
     }
@@ -227,6 +238,30 @@ int ptrain_local_gather(ptrain_local *p, model *full, hearth_err *err)
 {
     p->gather_full = full;
     return broadcast_cmd(p, CMD_GATHER, err);
+}
+
+int ptrain_local_scatter(ptrain_local *p, const model *full, hearth_err *err)
+{
+    p->gather_full = (model *)full;   /* only read by CMD_SCATTER */
+    return broadcast_cmd(p, CMD_SCATTER, err);
+}
+
+int ptrain_local_save(ptrain_local *p, const char *dir, hearth_err *err)
+{
+    p->ckpt_dir = dir;
+    return broadcast_cmd(p, CMD_SAVE, err);
+}
+
+int ptrain_local_load(ptrain_local *p, const char *dir, int step, hearth_err *err)
+{
+    p->ckpt_dir = dir;
+    p->ckpt_step = step;
+    return broadcast_cmd(p, CMD_LOAD, err);
+}
+
+int ptrain_local_ranks(const ptrain_local *p)
+{
+    return p->n;
 }
 
 model *ptrain_local_model(ptrain_local *p)

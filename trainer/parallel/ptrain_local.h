@@ -30,6 +30,15 @@ int ptrain_local_step(ptrain_local *p, train_step_stats *st, hearth_err *err);
 /* Gathers the full parameters into `full` (see ptrain_gather). */
 int ptrain_local_gather(ptrain_local *p, model *full, hearth_err *err);
 
+/* Sets every rank's parameters to its shard of `full`'s (see ptrain_scatter). */
+int ptrain_local_scatter(ptrain_local *p, const model *full, hearth_err *err);
+
+/* Checkpoints: every rank writes (reads) its state file in dir (ptrain_save and
+ * ptrain_load, each rank on its own thread). */
+int ptrain_local_save(ptrain_local *p, const char *dir, hearth_err *err);
+int ptrain_local_load(ptrain_local *p, const char *dir, int step, hearth_err *err);
+int ptrain_local_ranks(const ptrain_local *p);
+
 /* Rank 0's first model chunk. */
 model *ptrain_local_model(ptrain_local *p);
 

@@ -92,7 +92,7 @@ static const field_desc rows[] = {
     INT_ROW("data.image_px_max", data.image_px_max, 1, 65536, "64", "image side in pixels, at most"),
     { .key = "data.path", .type = FT_STR, .off = OFF(data.path), .size = SZ(data.path),
       .def = "", .doc = "shards: the data directory" },
-    BOOL_ROW("data.balance", data.balance, "balance sequences over dp ranks by token count"),
+    BOOL_ROW("data.balance", data.balance, "balance micro batches over dp ranks by estimated cost"),
 };
 
 const field_desc *config_fields(int *n)

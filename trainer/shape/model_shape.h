@@ -22,6 +22,9 @@ typedef enum { POS_ROPE = 0, POS_MROPE = 1, POS_ROPE2D = 2, POS_LEARNED = 3 } po
 /* GELU flavour where mlp == MLP_GELU: tanh approximation (GPT-2) or exact erf. */
 typedef enum { GELU_TANH = 0, GELU_ERF = 1 } gelu_kind;
 
+/* Activation recomputation of a stack (docs/config.md "train.recompute"). */
+typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE = 1, RECOMPUTE_FULL = 2 } recompute_kind;
+
 #define SHAPE_MAX_FULL_ATTN 64
 
 /* One transformer stack (the encoder's ViT blocks or the decoder's LLM blocks). */
@@ -43,7 +46,7 @@ typedef struct {
     pos_kind pos;
     int mrope_section[3]; /* pos == POS_MROPE: frequencies per [t,h,w]; sum = head_dim/2 */
     double rope_theta;
-    int recompute;    /* 0 none, 1 selective, 2 full (set from the run config) */
+    int recompute;    /* recompute_kind (set from the run config) */
     int freeze;       /* parameters are not updated (set from the run config) */
 } stack_shape;
 

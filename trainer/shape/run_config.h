@@ -16,7 +16,6 @@ typedef enum {
 } encoder_strategy;
 typedef enum { COMPUTE_FP32 = 0, COMPUTE_BF16 = 1 } compute_kind;
 typedef enum { FP8_OFF = 0, FP8_ALL = 1, FP8_SELECTIVE = 2 } fp8_kind;
-typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE = 1, RECOMPUTE_FULL = 2 } recompute_kind;
 typedef enum { DATA_SYNTHETIC = 0, DATA_SHARDS = 1 } data_kind;
 
 typedef struct {

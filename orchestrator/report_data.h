@@ -1,0 +1,66 @@
+/* report_data.h - what `hearth report EXP` draws, read from the results database: the
+ * experiment's completed runs grouped by config (repeats of one point share a config hash),
+ * the spread of their throughput, whether nodes, devices or ranks vary (a scaling plot), the
+ * per-step loss of chosen runs, and the selection decisions recorded for the experiment.
+ *
+ * Errors (HERR_CONFIG, naming what is missing): no experiment of that name; no completed
+ * run with a result; a run named in `runs` that does not exist or is not the
+ * experiment's, or has no per-step metrics; none of the default best runs with metrics.
+ * Database failures are HERR_RUNTIME.
+ *
+ * Ownership: report_data_load fills a caller's report_data whose every array and string
+ * it allocates; report_data_free releases them (also after a failed load). */
+#ifndef HEARTH_REPORT_DATA_H
+#define HEARTH_REPORT_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "db.h"
+
+/* One config (point) of the experiment: its completed runs' tokens/s. */
+typedef struct {
+    char *hash;
+    char *label;             /* the varying config keys as "key=value ..." (or a hash prefix) */
+    size_t n_runs;           /* completed runs with a result */
+    size_t n_tps;            /* of which with a finite tokens_per_s */
+    double tps_min, tps_median, tps_max;   /* NaN when n_tps is 0 */
+    int64_t nodes, devices;  /* of its first run's result; 0 when not recorded */
+    int64_t ranks;           /* its config's `ranks` (a CPU run's ranks share one device) */
+} report_config;
+
+/* The loss per step of one run (steps without a loss are left out). */
+typedef struct {
+    char *run_id;
+    char *label;             /* its config's label */
+    size_t n;
+    double *step, *loss;
+} report_curve;
+
+typedef struct {
+    char *kind, *decision, *method, *evidence, *subject, *created_at;
+} report_decision;
+
+typedef enum {
+    REPORT_SCALE_NONE = 0, REPORT_SCALE_NODES, REPORT_SCALE_DEVICES, REPORT_SCALE_RANKS
+} report_scale;
+
+typedef struct {
+    char *experiment;
+    size_t n_runs;           /* completed runs with a result */
+    report_config *configs;  /* in the order of their first run */
+    size_t n_configs;
+    report_scale scale;      /* what varies among the configs, if anything */
+    report_curve *curves;
+    size_t n_curves;
+    report_decision *decisions;
+    size_t n_decisions;
+} report_data;
+
+/* Reads experiment `experiment`.  `runs` is a comma-separated list of run ids whose loss
+ * curves to draw, or NULL: the `best` completed runs by tokens/s (best >= 1). */
+int report_data_load(hearth_db *db, const char *experiment, const char *runs, long best,
+                     report_data *out, hearth_err *err);
+void report_data_free(report_data *d);
+
+#endif

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# hearth-train --init-from / --export-hf with the small transformers-made Qwen2.5-VL of
+# tests/data/hf-qwen2.5-vl-tiny: a checkpoint goes in and out unchanged (f32 and bf16, one
+# rank and a tp 2 x pp 2 layout), it really replaces the initial parameters, and a
+# checkpoint of another shape, a missing one or bad option combinations are refused
+# (exit 2, message naming the key, nothing but the log written).
+set -u
+cd "$(dirname "$0")/../.."
+. tests/cli/lib.sh
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/hearth-cli-hf.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+FIX=tests/data/hf-qwen2.5-vl-tiny
+# lr 0: the one step leaves the parameters as they were loaded
+BASE=(--set "model=$FIX/model.yaml" --set train.steps=1 --set train.lr=0
+      --set train.seq_len=64 --set data.image_px_min=16 --set data.image_px_max=24)
+LAYOUT=(--set ranks=4 --set parallel.tp=2 --set parallel.pp=2)
+
+tap_plan 7
+
+# runhf NAME ARGS...: hearth-train with its output in $tmp/NAME.log, exit status in .rc
+runhf() {
+    local name=$1; shift
+    "$HEARTH_TRAIN" "$@" --out "$tmp/$name" >"$tmp/$name.log" 2>&1
+    echo $? >"$tmp/$name.rc"
+}
+rc_is() { [ "$(cat "$tmp/$1.rc")" = "$2" ] || { echo "exit $(cat "$tmp/$1.rc"), want $2"; cat "$tmp/$1.log"; return 1; }; }
+first_loss() { sed -n 's/.*"loss":\([^,]*\),.*/\1/p' "$tmp/$1/metrics.jsonl" | head -1; }
+
+runhf one "${BASE[@]}" --init-from "$FIX" --export-hf "$tmp/e1"
+runhf layout "${BASE[@]}" "${LAYOUT[@]}" --init-from "$tmp/e1" --export-hf "$tmp/e2"
+roundtrip() {
+    rc_is one 0 && rc_is layout 0 &&
+        [ -f "$tmp/e1/config.json" ] && [ -f "$tmp/e1/model.safetensors" ] &&
+        cmp "$tmp/e1/model.safetensors" "$tmp/e2/model.safetensors" &&
+        cmp "$tmp/e1/config.json" "$tmp/e2/config.json"
+}
+tap_check "f32 export, re-imported by tp 2 x pp 2 and exported again: identical files" roundtrip
+
+runhf bf16 "${BASE[@]}" --init-from "$FIX" --export-hf "$tmp/b1" --export-dtype bf16
+runhf back "${BASE[@]}" --init-from "$tmp/b1" --export-hf "$tmp/b2"
+bf16() {
+    rc_is bf16 0 && rc_is back 0 &&
+        grep -q '"torch_dtype": "bfloat16"' "$tmp/b1/config.json" &&
+        [ "$(stat -c %s "$tmp/b1/model.safetensors")" -lt "$(stat -c %s "$tmp/e1/model.safetensors")" ] &&
+        cmp "$tmp/b2/model.safetensors" "$tmp/e1/model.safetensors"
+}
+tap_check "bf16 export of bf16-exact weights loads back to the same f32 checkpoint" bf16
+
+runhf fresh "${BASE[@]}"
+replaces() {
+    rc_is fresh 0 && local a b && a=$(first_loss one) && b=$(first_loss fresh) &&
+        [ -n "$a" ] && [ "$a" != "$b" ] && grep -q "initialised from" "$tmp/one/train.log" &&
+        [ "$(first_loss layout)" != "" ]
+}
+tap_check "--init-from replaces the initial parameters (step-1 loss differs from a fresh init)" replaces
+
+runhf other --set model=tiny-vlm --set train.steps=1 --init-from "$FIX"
+mismatch() {
+    rc_is other 2 && grep -q "hidden_size is 64, the run's model.decoder.hidden is 256" \
+        "$tmp/other.log" && [ ! -f "$tmp/other/config.json" ] && [ ! -f "$tmp/other/metrics.jsonl" ]
+}
+tap_check "a checkpoint of another shape: exit 2 naming both keys, no outputs" mismatch
+
+runhf missing "${BASE[@]}" --init-from "$tmp/no-such-dir"
+missing() { rc_is missing 2 && grep -q "no-such-dir/config.json" "$tmp/missing.log"; }
+tap_check "a missing checkpoint: exit 2 naming config.json" missing
+
+runhf dtype "${BASE[@]}" --export-dtype bf16
+runhf dtype2 "${BASE[@]}" --export-hf "$tmp/x" --export-dtype fp8
+options() {
+    rc_is dtype 2 && grep -q "needs --export-hf" "$tmp/dtype.log" &&
+        rc_is dtype2 2 && grep -q "expected f32 or bf16" "$tmp/dtype2.log"
+}
+tap_check "--export-dtype without --export-hf, a bad dtype: exit 2" options
+
+mkdir -p "$tmp/torn"
+cp "$FIX/config.json" "$tmp/torn/"
+head -c 1000 "$FIX/model.safetensors" >"$tmp/torn/model.safetensors"
+runhf torn "${BASE[@]}" --init-from "$tmp/torn"
+torn() { rc_is torn 2 && grep -q "torn/model.safetensors" "$tmp/torn.log"; }
+tap_check "a truncated safetensors file: refused, naming the file" torn

@@ -308,7 +308,10 @@ int run_main(const cli_args *a)
         saved_handlers old;
         preempt_install(&old);
         code = train_loop(&log, a->out_dir, cfg, tr, hash, a->resume);
-        preempt_restore(&old);
+        /* A preempted run keeps the handler until it exits: a repeated notice (Slurm and
+         * users send several) arriving after the loop must not turn exit 75 into a kill. */
+        if (code != RUN_EXIT_PREEMPTED)
+            preempt_restore(&old);
         if (code == RUN_EXIT_DONE && a->export_hf)
             code = export_hf(&log, a, cfg, tr);
     }

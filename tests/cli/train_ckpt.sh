@@ -34,10 +34,12 @@ run_until_signal() {
         [ -f "$dir/metrics.jsonl" ] && [ "$(wc -l <"$dir/metrics.jsonl")" -ge "$n" ] && break
         sleep 0.02
     done
-    # Twice: the second one lands while the checkpoint is written (or after the exit).
+    # Repeated until the process is gone, as Slurm and impatient users do: later notices
+    # land while the checkpoint is written and after the loop has ended; none may kill it.
     kill -"$sig" "$pid"
-    sleep 0.05
-    kill -"$sig" "$pid" 2>/dev/null
+    while [ -e "/proc/$pid" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$pid/status" 2>/dev/null; do
+        kill -"$sig" "$pid" 2>/dev/null || break
+    done
     wait "$pid"
     echo $? >"$dir.rc"
 }

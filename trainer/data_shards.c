@@ -23,9 +23,7 @@ struct data_shards {
     shard_manifest man;
     shard_map *shards;              /* [man.n_shards] */
     uint64_t *first;                /* [n_shards + 1]: first record of each shard */
-    uint64_t seed;
-    int seq_len, vocab, image_token_id;
-    int channels, patch, temporal_patch, merge;
+    synth_params geo;               /* seed and sample geometry (synth_params_geometry) */
 };
 
 /* ---- the shuffle -------------------------------------------------------------------- */
@@ -66,7 +64,7 @@ uint64_t data_shards_records(const data_shards *d)
 uint64_t data_shards_record_of(const data_shards *d, uint64_t sample)
 {
     uint64_t n = d->man.records;
-    return data_shards_permute(d->seed, sample / n, n, sample % n);
+    return data_shards_permute(d->geo.seed, sample / n, n, sample % n);
 }
 
 /* ---- open / close ------------------------------------------------------------------- */
@@ -106,16 +104,16 @@ static int check_model(const data_shards *d, const char *dir, hearth_err *err)
     const shard_manifest *m = &d->man;
     const char *key = NULL;
     long have = 0, want = 0;
-    if (m->vocab != d->vocab)
-        key = "vocab", have = m->vocab, want = d->vocab;
-    else if (m->image_token_id != d->image_token_id)
-        key = "image_token_id", have = m->image_token_id, want = d->image_token_id;
-    else if (m->patch != d->patch)
-        key = "patch", have = m->patch, want = d->patch;
-    else if (m->merge != d->merge)
-        key = "spatial_merge", have = m->merge, want = d->merge;
-    else if (m->channels != d->channels)
-        key = "in_channels", have = m->channels, want = d->channels;
+    if (m->vocab != d->geo.vocab)
+        key = "vocab", have = m->vocab, want = d->geo.vocab;
+    else if (m->image_token_id != d->geo.image_token_id)
+        key = "image_token_id", have = m->image_token_id, want = d->geo.image_token_id;
+    else if (m->patch != d->geo.patch)
+        key = "patch", have = m->patch, want = d->geo.patch;
+    else if (m->merge != d->geo.merge)
+        key = "spatial_merge", have = m->merge, want = d->geo.merge;
+    else if (m->channels != d->geo.in_channels)
+        key = "in_channels", have = m->channels, want = d->geo.in_channels;
     if (key)
         return herr_set(err, HERR_CONFIG, "%s/%s: model.%s is %ld, the run's model has %ld "
                         "(prepare the data for this model)", dir, SHARD_MANIFEST_NAME, key,
@@ -123,7 +121,7 @@ static int check_model(const data_shards *d, const char *dir, hearth_err *err)
     if (m->records == 0)
         return herr_set(err, HERR_CONFIG, "%s/%s: the data set has no records", dir,
                         SHARD_MANIFEST_NAME);
-    if (m->pad_token_id >= d->vocab || m->pad_token_id == d->image_token_id)
+    if (m->pad_token_id >= d->geo.vocab || m->pad_token_id == d->geo.image_token_id)
         return herr_set(err, HERR_CONFIG, "%s/%s: pad_token_id %d is not a text token of "
                         "the model", dir, SHARD_MANIFEST_NAME, m->pad_token_id);
     return 0;
@@ -141,14 +139,7 @@ int data_shards_open(data_shards **out, const run_config *cfg, hearth_err *err)
     data_shards *d = calloc(1, sizeof *d);
     if (!d)
         return herr_set(err, HERR_NOMEM, "data: out of memory");
-    d->seed = cfg->train.seed;
-    d->seq_len = cfg->train.seq_len;
-    d->vocab = cfg->model.decoder.vocab;
-    d->image_token_id = cfg->model.decoder.image_token_id;
-    d->channels = cfg->model.encoder.in_channels;
-    d->patch = cfg->model.encoder.patch;
-    d->temporal_patch = cfg->model.encoder.temporal_patch;
-    d->merge = cfg->model.encoder.spatial_merge;
+    synth_params_geometry(&d->geo, cfg);
     int rc = shard_manifest_read(&d->man, dir, err);
     if (!rc)
         rc = check_model(d, dir, err);
@@ -164,9 +155,9 @@ int data_shards_open(data_shards **out, const run_config *cfg, hearth_err *err)
         if ((rc = map_shard(s, dir, e, err)) ||
             (rc = shard_header_check(&s->h, s->map, s->size, s->path, err)))
             break;
-        if (s->h.n_records != e->records || s->h.image_token_id != d->image_token_id ||
-            s->h.patch != d->patch || s->h.merge != d->merge ||
-            (int)s->h.channels != d->channels)
+        if (s->h.n_records != e->records || s->h.image_token_id != d->geo.image_token_id ||
+            s->h.patch != d->geo.patch || s->h.merge != d->geo.merge ||
+            (int)s->h.channels != d->geo.in_channels)
             rc = herr_set(err, HERR_IO, "%s: its header does not match %s/%s (records %llu, "
                           "manifest %llu)", s->path, dir, SHARD_MANIFEST_NAME,
                           (unsigned long long)s->h.n_records,
@@ -217,17 +208,17 @@ static const shard_map *locate(const data_shards *d, uint64_t rec, uint64_t *loc
 static int plan_cut(const data_shards *d, const shard_record *r, const shard_map *s,
                     uint64_t local, int *cut, int *kept, hearth_err *err)
 {
-    int m2 = d->merge * d->merge, S = d->seq_len;
+    int m2 = d->geo.merge * d->geo.merge, S = d->geo.seq_len;
     uint32_t pos = 0, img = 0;
     *cut = -1;
     *kept = 0;
     while (pos < r->n_tokens) {
         int32_t t = r->tokens[pos];
-        if (t < 0 || t >= d->vocab)
+        if (t < 0 || t >= d->geo.vocab)
             return herr_set(err, HERR_IO, "%s: record %llu: token %d at position %u is "
                             "outside the vocabulary [0, %d)", s->path,
-                            (unsigned long long)local, t, pos, d->vocab);
-        if (t != d->image_token_id) {
+                            (unsigned long long)local, t, pos, d->geo.vocab);
+        if (t != d->geo.image_token_id) {
             if (*cut < 0 && pos >= (uint32_t)S)
                 *cut = S;
             pos++;
@@ -242,7 +233,7 @@ static int plan_cut(const data_shards *d, const shard_record *r, const shard_map
                             "record ends first", s->path, (unsigned long long)local, img,
                             cnt);
         for (uint32_t k = 0; k < cnt; k++)
-            if (r->tokens[pos + k] != d->image_token_id)
+            if (r->tokens[pos + k] != d->geo.image_token_id)
                 return herr_set(err, HERR_IO, "%s: record %llu: image %u's %u tokens are "
                                 "not consecutive", s->path, (unsigned long long)local, img,
                                 cnt);
@@ -265,7 +256,7 @@ static int plan_cut(const data_shards *d, const shard_record *r, const shard_map
 static void normalise(const data_shards *d, float *frame, const uint8_t *px, int H, int W)
 {
     static const float mean[3] = DATA_CLIP_MEAN, stdv[3] = DATA_CLIP_STD;
-    int C = d->channels;
+    int C = d->geo.in_channels;
     for (int c = 0; c < C; c++) {
         float mu = mean[c % 3], sd = stdv[c % 3];
         float *f = frame + (size_t)c * H * W;
@@ -284,11 +275,11 @@ static int fill_one(const data_shards *d, synth_batch *b, uint64_t sample, int *
     if ((rc = shard_record_get(&r, s->map, &s->h, local, s->path, err)) ||
         (rc = plan_cut(d, &r, s, local, &cut, &kept, err)))
         return rc;
-    const int S = d->seq_len, P = d->patch, C = d->channels;
+    const int S = d->geo.seq_len, P = d->geo.patch, C = d->geo.in_channels;
     for (int i = 0; i < S; i++)
         tok[i] = i < cut ? r.tokens[i] : d->man.pad_token_id;
     for (int i = 0; i < S; i++) {
-        int next_ok = i + 1 < cut && tok[i + 1] != d->image_token_id;
+        int next_ok = i + 1 < cut && tok[i + 1] != d->geo.image_token_id;
         tgt[i] = next_ok ? tok[i + 1] : -1;
         b->n_targets += next_ok;
     }
@@ -304,7 +295,7 @@ static int fill_one(const data_shards *d, synth_batch *b, uint64_t sample, int *
             return rc;
         normalise(d, b->scratch, px, H, W);
         synth_patchify(b->pixels + b->n_patches * patch_dim, b->scratch, C, gh, gw, P,
-                       d->temporal_patch, d->merge);
+                       d->geo.temporal_patch, d->geo.merge);
         int *g = b->grid_thw + 3 * b->n_images;
         g[0] = 1;
         g[1] = gh;
@@ -321,7 +312,7 @@ int data_shards_fill(const data_shards *d, synth_batch *b, uint64_t first, int n
 {
     if (n < 1)
         return herr_set(err, HERR_RUNTIME, "data: bad batch request (%d samples)", n);
-    const int S = d->seq_len;
+    const int S = d->geo.seq_len;
     int rc = synth_batch_reserve(b, (size_t)n * S, 0, 0, 0, err);
     if (rc)
         return rc;
@@ -330,7 +321,8 @@ int data_shards_fill(const data_shards *d, synth_batch *b, uint64_t first, int n
     b->n_images = 0;
     b->n_patches = 0;
     b->n_targets = 0;
-    b->patch_dim = (size_t)d->channels * d->temporal_patch * d->patch * d->patch;
+    const synth_params *g = &d->geo;
+    b->patch_dim = (size_t)g->in_channels * g->temporal_patch * g->patch * g->patch;
     for (int i = 0; i < n && !rc; i++)
         rc = fill_one(d, b, first + (uint64_t)i, b->tokens + (size_t)i * S,
                       b->targets + (size_t)i * S, err);

@@ -19,15 +19,7 @@ int data_source_create(data_source **out, const run_config *cfg, hearth_err *err
     int rc;
     if (cfg->data.kind == DATA_SHARDS) {
         /* The geometry only: the synthetic generator's own checks do not apply. */
-        synth_params *p = &s->params;
-        p->seed = cfg->train.seed;
-        p->seq_len = cfg->train.seq_len;
-        p->vocab = cfg->model.decoder.vocab;
-        p->image_token_id = cfg->model.decoder.image_token_id;
-        p->in_channels = cfg->model.encoder.in_channels;
-        p->patch = cfg->model.encoder.patch;
-        p->temporal_patch = cfg->model.encoder.temporal_patch;
-        p->merge = cfg->model.encoder.spatial_merge;
+        synth_params_geometry(&s->params, cfg);
         rc = data_shards_open(&s->shards, cfg, err);
     } else {
         rc = synth_params_from_config(&s->params, cfg, err);

@@ -80,7 +80,7 @@ static int min_block(const synth_params *p)
     return PRE_TEXT_MIN + g * g + 1 + SYNTH_CLASS_LEN;
 }
 
-int synth_params_from_config(synth_params *p, const run_config *c, hearth_err *err)
+void synth_params_geometry(synth_params *p, const run_config *c)
 {
     memset(p, 0, sizeof *p);
     p->seed = c->train.seed;
@@ -88,14 +88,21 @@ int synth_params_from_config(synth_params *p, const run_config *c, hearth_err *e
     p->vocab = c->model.decoder.vocab;
     p->image_token_id = c->model.decoder.image_token_id;
     if (c->model.encoder.present) {
-        p->images_min = c->data.images_min;
-        p->images_max = c->data.images_max;
-        p->px_min = c->data.image_px_min;
-        p->px_max = c->data.image_px_max;
         p->in_channels = c->model.encoder.in_channels;
         p->patch = c->model.encoder.patch;
         p->temporal_patch = c->model.encoder.temporal_patch;
         p->merge = c->model.encoder.spatial_merge;
+    }
+}
+
+int synth_params_from_config(synth_params *p, const run_config *c, hearth_err *err)
+{
+    synth_params_geometry(p, c);
+    if (c->model.encoder.present) {
+        p->images_min = c->data.images_min;
+        p->images_max = c->data.images_max;
+        p->px_min = c->data.image_px_min;
+        p->px_max = c->data.image_px_max;
     }
     if (p->seq_len < 2)
         return herr_set(err, HERR_CONFIG, "train.seq_len: the synthetic data needs at least "

@@ -62,6 +62,12 @@ typedef struct {
     int in_channels, patch, temporal_patch, merge;
 } synth_params;
 
+/* The sample geometry of a config without the synthetic generator's checks (seed,
+ * seq_len, vocab, image token, and the encoder's channels, patch, temporal patch and
+ * merge when the model has an encoder; image counts and sizes 0).  Any source of samples
+ * shares it (data_shards.h). */
+void synth_params_geometry(synth_params *p, const run_config *c);
+
 /* Takes the data and shape fields of a resolved config and checks that samples can be
  * made: vocab large enough for the symbols, images_min smallest images fit in seq_len.
  * Errors are HERR_CONFIG with a message naming the key. */

@@ -241,10 +241,9 @@ static int list_state(trainer *t, ckpt_items *l, hearth_err *err)
     return rc;
 }
 
-int trainer_save(trainer *t, const char *dir, hearth_err *err)
+/* The single-rank checkpoint file of dir: its state list written (save) or read (load). */
+static int single_rank_io(trainer *t, const char *dir, int step, int save, hearth_err *err)
 {
-    if (t->par)
-        return ptrain_local_save(t->par, dir, err);
     char path[4200];
     ckpt_items l;
     ckpt_items_init(&l);
@@ -252,28 +251,22 @@ int trainer_save(trainer *t, const char *dir, hearth_err *err)
     if (!rc)
         rc = list_state(t, &l, err);
     if (!rc)
-        rc = ckpt_items_write(&l, path, t->step, err);
+        rc = save ? ckpt_items_write(&l, path, step, err) : ckpt_items_read(&l, path, step, err);
     ckpt_items_free(&l);
     return rc;
 }
 
+int trainer_save(trainer *t, const char *dir, hearth_err *err)
+{
+    if (t->par)
+        return ptrain_local_save(t->par, dir, err);
+    return single_rank_io(t, dir, t->step, 1, err);
+}
+
 int trainer_load(trainer *t, const char *dir, int step, hearth_err *err)
 {
-    if (t->par) {
-        int rc = ptrain_local_load(t->par, dir, step, err);
-        if (!rc)
-            t->step = step;
-        return rc;
-    }
-    char path[4200];
-    ckpt_items l;
-    ckpt_items_init(&l);
-    int rc = ckpt_rank_path(path, sizeof path, dir, 0, err);
-    if (!rc)
-        rc = list_state(t, &l, err);
-    if (!rc)
-        rc = ckpt_items_read(&l, path, step, err);
-    ckpt_items_free(&l);
+    int rc = t->par ? ptrain_local_load(t->par, dir, step, err)
+                    : single_rank_io(t, dir, step, 0, err);
     if (!rc)
         t->step = step;
     return rc;

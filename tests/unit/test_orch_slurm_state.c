@@ -3,6 +3,7 @@
  * statuses (slurmrestd's exit_code) to exit codes, and a job's end event: RUN_DIR/exit_code
  * first (only when exit_code.job names this job), then what Slurm said. */
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -52,8 +53,15 @@ static void test_wait_status(void **state)
         pid_t pid = fork();
         assert_true(pid >= 0);
         if (pid == 0) {
-            if (by_signal)
+            if (by_signal) {
+                /* Inherited dispositions (nohup ignores SIGHUP) must not mask the death. */
+                signal(sig, SIG_DFL);
+                sigset_t set;
+                sigemptyset(&set);
+                sigaddset(&set, sig);
+                sigprocmask(SIG_UNBLOCK, &set, NULL);
                 kill(getpid(), sig);
+            }
             _exit(code);
         }
         int st = 0;

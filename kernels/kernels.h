@@ -95,6 +95,32 @@ void kcpu_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                              const float *lse, const int *cu_seqlens, int nseq, int Hq,
                              int Hkv, int D, int causal);
 
+/* ---- attention over key blocks (context parallelism) -------------------------
+ * The attention above with the queries and the keys given as separate token sets of the
+ * same nseq sequences: q [Nq, Hq, D] with sequence s at rows [q_cu[s], q_cu[s+1]);
+ * k, v [Nk, Hkv, D] with sequence s at rows [k_cu[s], k_cu[s+1]).  q_pos[Nq] and
+ * k_pos[Nk] are the tokens' positions inside their sequence (increasing within one
+ * sequence's rows); causal masks keys with k_pos > q_pos.  D <= KCPU_ATTENTION_BLOCK_MAX_D
+ * (larger D: the forward does nothing).
+ *   forward  MERGES the block into a running result (online softmax): out [Nq, Hq, D] and
+ *            lse [Nq, Hq] hold the attention over the blocks seen so far; start with
+ *            lse = -INFINITY (out is then not read).  A query that sees no key of the
+ *            block is left as it was.  After every block of the sequence, out and lse
+ *            are kcpu_attention_forward's up to fp32 rounding.
+ *   backward ACCUMULATES this block's share into dq [Nq, Hq, D], dk, dv [Nk, Hkv, D]
+ *            (any may be NULL), from out and lse of the complete forward; summed over
+ *            every block it is kcpu_attention_backward's gradient. */
+#define KCPU_ATTENTION_BLOCK_MAX_D 512
+void kcpu_attention_block_forward(float *out, float *lse, const float *q, const float *k,
+                                  const float *v, const int *q_cu, const int *q_pos,
+                                  const int *k_cu, const int *k_pos, int nseq, int Hq,
+                                  int Hkv, int D, int causal);
+void kcpu_attention_block_backward(float *dq, float *dk, float *dv, const float *dout,
+                                   const float *q, const float *k, const float *v,
+                                   const float *out, const float *lse, const int *q_cu,
+                                   const int *q_pos, const int *k_cu, const int *k_pos,
+                                   int nseq, int Hq, int Hkv, int D, int causal);
+
 /* ---- activations -------------------------------------------------------------
  * SwiGLU: inp [N, 2F] holds gate in columns [0,F) and up in [F,2F); out [N,F] = silu(gate)*up.
  * GELU: tanh approximation (GPT-2's gelu_new) or exact erf form (torch.nn.GELU()). */

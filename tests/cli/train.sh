@@ -114,7 +114,7 @@ bad_config() {
     grep -Eq -- "$2" "$tmp/$1-out/train.log" || { echo "train.log lacks /$2/"; return 1; }
 }
 
-tap_plan 19
+tap_plan 21
 
 run good --config "$tmp/good.yaml" --out "$tmp/good-out"
 tap_check "good run: exit 0, metrics.jsonl (5 lines, all keys), result.json (all keys), logs" good_run
@@ -165,6 +165,21 @@ parallel() {
         grep -q "4 rank(s): tp 2 pp 2" "$tmp/parallel-out/train.log"
 }
 tap_check "parallel layout (4 ranks, tp 2 x pp 2, hetero_dp): runs to done" parallel
+
+# Context parallelism: 4 ranks as threads (cp 2 x tp 2, sequence parallel).
+run cp --config "$tmp/good.yaml" --set ranks=4 --set parallel.cp=2 --set parallel.tp=2 \
+    --set parallel.sp=true --out "$tmp/cp-out"
+cp_run() {
+    expect_rc cp 0 && result_ok "$tmp/cp-out/result.json" done &&
+        grep -q "4 rank(s): tp 2 .* sp 1 cp 2," "$tmp/cp-out/train.log"
+}
+tap_check "context parallel (4 ranks, cp 2 x tp 2, sp): runs to done" cp_run
+
+run cpfullsep --config "$tmp/good.yaml" --set ranks=2 --set parallel.cp=2 \
+    --set parallel.encoder.strategy=full_separation --set parallel.encoder.tp=1 \
+    --out "$tmp/cpfullsep-out"
+tap_check "full_separation with cp 2: exit 2, names the rule, only the log" bad_config \
+    cpfullsep "full_separation_no_cp"
 
 run badlayout --config "$tmp/good.yaml" --set ranks=3 --set parallel.tp=3 --out "$tmp/badlayout-out"
 tap_check "impossible layout: exit 2, names the rule, only the log" bad_config badlayout \

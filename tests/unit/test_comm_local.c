@@ -553,6 +553,40 @@ static void test_send_recv_ring(void **state)
     }
 }
 
+/* comm_sendrecv: RING_MSGS shifts around the ring (the context-parallel pattern), each
+ * sending its own message k to the next rank and receiving the previous rank's; every
+ * rank checks each payload; n == 1 is the copy to itself. */
+static int do_sendrecv(harness *h, int rank, comm *world, hearth_err *err)
+{
+    ring_ctx *x = h->ctx;
+    int n = h->n, next = (rank + 1) % n, prev = (rank + n - 1) % n, rc;
+    float out[512], in[512], want[512];
+    for (int k = 0; k < RING_MSGS; k++) {
+        ring_payload(x->seed, rank, k, out, x->len[rank][k]);
+        if ((rc = comm_sendrecv(world, out, x->len[rank][k], next, in, x->len[prev][k], prev,
+                                COMM_F32, k, err)))
+            return rc;
+        ring_payload(x->seed, prev, k, want, x->len[prev][k]);
+        if (memcmp(in, want, x->len[prev][k] * sizeof(float)))
+            return herr_set(err, HERR_RUNTIME, "sendrecv %d from rank %d differs", k, prev);
+    }
+    return comm_barrier(world, err);
+}
+
+static void test_sendrecv_ring(void **state)
+{
+    (void)state;
+    for (int n = 1; n <= MAXN; n++) {
+        ring_ctx x = { .seed = tu_next(&g_rng) };
+        for (int r = 0; r < n; r++)
+            for (int k = 0; k < RING_MSGS; k++)
+                x.len[r][k] = n == 1 ? 64 : rand_count(512);
+        harness h;
+        run_ranks(&h, n, do_sendrecv, &x, 0);
+        expect_all_ok(&h, "sendrecv ring");
+    }
+}
+
 /* ---- random group subsets ----------------------------------------------------------- */
 typedef struct {
     int group_of[MAXN];           /* world rank -> group id */
@@ -842,6 +876,7 @@ int main(void)
         cmocka_unit_test(test_all_to_allv),
         cmocka_unit_test(test_barrier),
         cmocka_unit_test(test_send_recv_ring),
+        cmocka_unit_test(test_sendrecv_ring),
         cmocka_unit_test(test_group_subsets),
         cmocka_unit_test(test_mismatch),
         cmocka_unit_test(test_timeout),

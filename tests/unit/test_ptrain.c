@@ -19,7 +19,8 @@
  *
  * `make test` runs the cases below: an all-pairs cover of the layout dimensions plus
  * named corner cases.  HEARTH_TEST_FULL=1 (make test-full) runs the whole product of
- * the dimensions instead.  HEARTH_TEST_LAYOUT="k=v,k=v" runs one layout. */
+ * the dimensions instead.  HEARTH_TEST_LAYOUT="k=v,k=v" runs one layout;
+ * HEARTH_TEST_FILTER=test_cp_layouts one test function. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -293,6 +294,39 @@ static const layout_case moe_cases[] = {
       "parallel.encoder.strategy=hetero_dp", "parallel.encoder.tp=1"),
 };
 
+/* Context parallelism (docs/parallel/cp.md) with each dimension it composes with.
+ * train.seed is the file's (7) like every case here, so that make test is deterministic:
+ * with other seeds the zero-initialised tensors' AdamW floor (see the top of the file)
+ * can exceed TOL_ZERO_INIT in any layout (tp 2 at train.seed 14: encoder.layers.1.
+ * mlp.down.bias 2.9e-4, cp 2 there 2.3e-4).  HEARTH_TEST_SEED=S runs them with
+ * train.seed S instead, to explore other images, token layouts and routings. */
+static const layout_case cp_cases[] = {
+    L("model=tiny-vlm", "ranks=2", "parallel.cp=2", "train.micro_batch=2",
+      "train.global_batch=4"),
+    L("model=tiny-vlm", "ranks=4", "parallel.cp=2", "parallel.tp=2", "train.micro_batch=1",
+      "train.global_batch=3"),
+    L("model=tiny-vlm", "ranks=4", "parallel.cp=2", "parallel.tp=2", "parallel.sp=true",
+      "train.micro_batch=2", "train.global_batch=4", "train.recompute=full"),
+    L("model=tiny-vlm", "ranks=4", "parallel.cp=2", "parallel.pp=2", "train.micro_batch=1",
+      "train.global_batch=3"),
+    L("model=tiny-vlm", "ranks=4", "parallel.cp=2", "parallel.pp=2", "parallel.vpp=2",
+      "train.micro_batch=1", "train.global_batch=4", "train.recompute=selective"),
+    L("model=tiny-vlm", "ranks=4", "parallel.cp=2", "parallel.dp=2", "train.micro_batch=1",
+      "train.global_batch=4", "parallel.distributed_optimizer=true"),
+    L("model=tiny-vlm", "ranks=4", "parallel.cp=4", "train.micro_batch=2",
+      "train.global_batch=4"),
+    L("model=tiny-vlm", "ranks=4", "parallel.cp=2", "parallel.tp=2",
+      "parallel.encoder.strategy=hetero_tp", "parallel.encoder.tp=1", "train.micro_batch=1",
+      "train.global_batch=3"),
+    L("model=tiny-vlm", "ranks=4", "parallel.cp=2", "parallel.tp=2",
+      "parallel.encoder.strategy=hetero_dp", "parallel.encoder.tp=1", "train.micro_batch=1",
+      "train.global_batch=4"),
+    L("model=tiny-vlm-moe", "ranks=4", "parallel.cp=2", "parallel.dp=2", "parallel.ep=2",
+      "train.micro_batch=1", "train.global_batch=4"),
+    L("model=tiny-vlm-moe", "ranks=4", "parallel.cp=2", "parallel.tp=2", "parallel.sp=true",
+      "train.micro_batch=2", "train.global_batch=4", "parallel.a2a_overlap=true"),
+};
+
 static int count_kv(const layout_case *c)
 {
     int n = 0;
@@ -319,6 +353,23 @@ static void test_moe_layouts(void **state)
 {
     (void)state;
     run_cases(moe_cases, sizeof moe_cases / sizeof moe_cases[0]);
+}
+
+static void test_cp_layouts(void **state)
+{
+    (void)state;
+    char seed[48];
+    const char *env = getenv("HEARTH_TEST_SEED");
+    snprintf(seed, sizeof seed, "train.seed=%lu", env ? strtoul(env, NULL, 10) : 7ul);
+    int bad = 0;
+    for (size_t i = 0; i < sizeof cp_cases / sizeof cp_cases[0]; i++) {
+        const char *kv[MAX_KV + 1];
+        int n = count_kv(&cp_cases[i]);
+        memcpy(kv, cp_cases[i].kv, (size_t)n * sizeof *kv);
+        kv[n++] = seed;
+        bad += check_layout(kv, n);
+    }
+    assert_int_equal(bad, 0);
 }
 
 /* ---- the layout space: all pairs, or the whole product ------------------------------
@@ -498,9 +549,12 @@ static void test_env_layout(void **state)
 int main(void)
 {
     int one = getenv("HEARTH_TEST_LAYOUT") != NULL;
+    if (getenv("HEARTH_TEST_FILTER"))   /* e.g. test_cp_layouts: one group of cases */
+        cmocka_set_test_filter(getenv("HEARTH_TEST_FILTER"));
     const struct CMUnitTest all[] = {
         cmocka_unit_test(test_dense_layouts),
         cmocka_unit_test(test_moe_layouts),
+        cmocka_unit_test(test_cp_layouts),
         cmocka_unit_test(test_layout_space),
     };
     const struct CMUnitTest env[] = {

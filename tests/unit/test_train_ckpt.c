@@ -250,6 +250,13 @@ static void test_resume_full_separation(void **state)
            "parallel.encoder.tp=1");
 }
 
+static void test_resume_cp2(void **state)
+{
+    (void)state;
+    RESUME("model=tiny-vlm-moe", "ranks=2", "parallel.cp=2", "train.global_batch=2",
+           "train.micro_batch=1");
+}
+
 /* ---- refusals ----------------------------------------------------------------------- */
 
 typedef struct {
@@ -461,6 +468,8 @@ static void test_metrics_resume(void **state)
 
 int main(void)
 {
+    if (getenv("HEARTH_TEST_FILTER"))   /* e.g. test_resume_cp2: one test */
+        cmocka_set_test_filter(getenv("HEARTH_TEST_FILTER"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_resume_single, setup_seed),
         cmocka_unit_test_setup(test_resume_single_fp8, setup_seed),
@@ -469,6 +478,7 @@ int main(void)
         cmocka_unit_test_setup(test_resume_dp2_zero, setup_seed),
         cmocka_unit_test_setup(test_resume_ep2, setup_seed),
         cmocka_unit_test_setup(test_resume_full_separation, setup_seed),
+        cmocka_unit_test_setup(test_resume_cp2, setup_seed),
         cmocka_unit_test_setup(test_corrupt_byte, setup_seed),
         cmocka_unit_test_setup(test_truncated, setup_seed),
         cmocka_unit_test_setup(test_missing_file, setup_seed),

@@ -3,6 +3,7 @@
 #include "comm/comm.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "comm/comm_backend.h"
 
@@ -237,4 +238,27 @@ int comm_recv(comm *c, void *buf, size_t count, comm_dtype dt, int peer, int tag
     if (rc)
         return rc;
     return c->be->recv(c, buf, count * comm_dtype_size(dt), peer, tag, err);
+}
+
+int comm_sendrecv(comm *c, const void *sbuf, size_t send_count, int dst, void *rbuf,
+                  size_t recv_count, int src, comm_dtype dt, int tag, hearth_err *err)
+{
+    int rc = check_p2p(c, sbuf, send_count, dt, dst, "sendrecv", err);
+    if (rc || (rc = check_p2p(c, rbuf, recv_count, dt, src, "sendrecv", err)))
+        return rc;
+    size_t es = comm_dtype_size(dt);
+    if (dst == c->rank && src == c->rank) {
+        if (send_count != recv_count)
+            return herr_set(err, HERR_RUNTIME, "sendrecv: to itself with send count %zu "
+                            "and recv count %zu", send_count, recv_count);
+        if (send_count)
+            memmove(rbuf, sbuf, send_count * es);
+        return 0;
+    }
+    if (c->be->sendrecv)
+        return c->be->sendrecv(c, sbuf, send_count * es, dst, rbuf, recv_count * es, src, tag,
+                               err);
+    if ((rc = c->be->send(c, sbuf, send_count * es, dst, tag, err)))
+        return rc;
+    return c->be->recv(c, rbuf, recv_count * es, src, tag, err);
 }

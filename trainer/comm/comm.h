@@ -165,5 +165,11 @@ int comm_send(comm *c, const void *buf, size_t count, comm_dtype dt, int peer, i
               hearth_err *err);
 int comm_recv(comm *c, void *buf, size_t count, comm_dtype dt, int peer, int tag,
               hearth_err *err);
+/* send_count elements of sbuf to group rank dst and recv_count elements from group rank
+ * src into rbuf, as one step that cannot deadlock when every rank of a ring calls it
+ * (on nccl the send and the receive are one NCCL group).  sbuf and rbuf must not
+ * overlap.  dst == src == own rank copies sbuf into rbuf (counts equal). */
+int comm_sendrecv(comm *c, const void *sbuf, size_t send_count, int dst, void *rbuf,
+                  size_t recv_count, int src, comm_dtype dt, int tag, hearth_err *err);
 
 #endif

@@ -34,6 +34,10 @@ typedef struct comm_backend {
     int (*recv)(comm *c, void *buf, size_t bytes, int peer, int tag, hearth_err *err);
     int (*group_create)(comm *any, const int *ranks, int n, comm **out, hearth_err *err);
     void (*free_impl)(void *impl);
+    /* optional: send to one peer and receive from another as one step (a ring shift);
+     * NULL = send then recv, right for a backend whose send is buffered */
+    int (*sendrecv)(comm *c, const void *sbuf, size_t sbytes, int dst, void *rbuf,
+                    size_t rbytes, int src, int tag, hearth_err *err);
 } comm_backend;
 
 struct comm {

@@ -49,9 +49,12 @@ static int nccl_send(comm *c, const void *buf, size_t bytes, int peer, int tag, 
 static int nccl_recv(comm *c, void *buf, size_t bytes, int peer, int tag, hearth_err *err);
 static int nccl_group_create(comm *any, const int *ranks, int n, comm **out, hearth_err *err);
 static void nccl_free_impl(void *impl);
+static int nccl_sendrecv(comm *c, const void *sbuf, size_t sbytes, int dst, void *rbuf,
+                         size_t rbytes, int src, int tag, hearth_err *err);
 
 static const comm_backend nccl_backend_table = {
     "nccl", nccl_collective, nccl_send, nccl_recv, nccl_group_create, nccl_free_impl,
+    nccl_sendrecv,
 };
 
 static int cuda_fail(hearth_err *err, cudaError_t e, const char *what)
@@ -458,4 +461,24 @@ static int nccl_recv(comm *c, void *buf, size_t bytes, int peer, int tag, hearth
 {
     (void)tag;
     return nccl_p2p(c, buf, bytes, peer, 0, err);
+}
+
+/* One NCCL group, so that a ring of sendrecvs does not deadlock (comm.c handles the
+ * copy to itself). */
+static int nccl_sendrecv(comm *c, const void *sbuf, size_t sbytes, int dst, void *rbuf,
+                         size_t rbytes, int src, int tag, hearth_err *err)
+{
+    nhandle *h = H(c);
+    (void)tag;
+    if (dst == c->rank || src == c->rank)
+        return herr_set(err, HERR_RUNTIME, "sendrecv: to or from itself (rank %d) with "
+                        "another peer is not possible on the nccl backend", c->rank);
+    CU(cudaSetDevice(h->w->device), "cudaSetDevice");
+    NC(h->nc, ncclGroupStart(), "sendrecv");
+    if (sbytes)
+        NC(h->nc, ncclSend(sbuf, sbytes, ncclUint8, dst, h->nc, h->st), "sendrecv");
+    if (rbytes)
+        NC(h->nc, ncclRecv(rbuf, rbytes, ncclUint8, src, h->nc, h->st), "sendrecv");
+    NC(h->nc, ncclGroupEnd(), "sendrecv");
+    return finish(h, "sendrecv", err);
 }

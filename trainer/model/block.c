@@ -359,6 +359,7 @@ static void stack_take(stack *st, farena *fa, iarena *ia, int N, int Nl)
         moe_take_scratch(c, sc, fa, N);
     sc->dres = fa_take(fa, nl * c->H);
     sc->dgat = sp_on(st) ? fa_take(fa, n * c->H) : NULL;
+    sc->ring = st->cp_comm ? fa_take(fa, 8 * n * c->KD) : NULL;
 }
 
 int stack_reserve(stack *st, int N, hearth_err *err)
@@ -445,8 +446,14 @@ static int attn_forward(stack *st, block *b, const float *x, const stack_ctx *ct
     }
     const int *cu = b->full_attn ? ctx->cu_full : ctx->cu;
     int nseq = b->full_attn ? ctx->nseq_full : ctx->nseq;
-    kcpu_attention_forward(b->att, b->lse, b->q, b->k, b->v, cu, nseq, c->Hq, c->Hkv, c->D,
-                           c->causal);
+    if (st->cp_comm)
+        rc = cp_attention_forward(st->cp_comm, sc->ring, b->att, b->lse, b->q, b->k, b->v, cu,
+                                  nseq, ctx->cp_pos, N, c->Hq, c->Hkv, c->D, err);
+    else
+        kcpu_attention_forward(b->att, b->lse, b->q, b->k, b->v, cu, nseq, c->Hq, c->Hkv,
+                               c->D, c->causal);
+    if (rc)
+        return rc;
     if ((rc = row_linear_forward(st, p->fp8, FP8_PROJ, sc->tmp, b->att, p->proj_w, p->proj_b, N, Nl, c->QD,
                                  c->H, err)))
         return rc;
@@ -537,7 +544,8 @@ static int forward_node(stack *st, int l, int k, const stack_ctx *ctx, hearth_er
 static int check_ctx(const stack *st, const stack_ctx *ctx, hearth_err *err)
 {
     if (ctx->N > st->cap || ctx->N_local != local_tokens(st, ctx->N) ||
-        (sp_on(st) && ctx->N % st->c.tp))
+        (sp_on(st) && ctx->N % st->c.tp) || (st->cp_comm && !ctx->cp_pos) ||
+        (st->cp_comm && st->c.D > KCPU_ATTENTION_BLOCK_MAX_D))
         return herr_set(err, HERR_RUNTIME, "model: stack called with %d tokens (%d local) "
                         "but reserved for %d, tp %d, sp %d", ctx->N, ctx->N_local, st->cap,
                         st->c.tp, st->sp);
@@ -699,8 +707,14 @@ static int attn_backward(stack *st, block *b, const float *x, const stack_ctx *c
     zero(sc->dv, nk);
     const int *cu = b->full_attn ? ctx->cu_full : ctx->cu;
     int nseq = b->full_attn ? ctx->nseq_full : ctx->nseq;
-    kcpu_attention_backward(sc->dq, sc->dk, sc->dv, sc->datt, b->q, b->k, b->v, b->att,
-                            b->lse, cu, nseq, c->Hq, c->Hkv, c->D, c->causal);
+    if (st->cp_comm &&
+        (rc = cp_attention_backward(st->cp_comm, sc->ring, sc->dq, sc->dk, sc->dv, sc->datt,
+                                    b->q, b->k, b->v, b->att, b->lse, cu, nseq, ctx->cp_pos,
+                                    N, c->Hq, c->Hkv, c->D, err)))
+        return rc;
+    if (!st->cp_comm)
+        kcpu_attention_backward(sc->dq, sc->dk, sc->dv, sc->datt, b->q, b->k, b->v, b->att,
+                                b->lse, cu, nseq, c->Hq, c->Hkv, c->D, c->causal);
     if (c->rope) {
         kcpu_rope_backward(sc->dq, ctx->cos, ctx->sin, N, c->Hq, c->D);
         kcpu_rope_backward(sc->dk, ctx->cos, ctx->sin, N, c->Hkv, c->D);

@@ -13,7 +13,11 @@
  *   the rank's local rows.
  * - Head (has_head): final norm on the local rows, gathered to all N rows under sp, then
  *   the vocabulary-parallel head and cross-entropy over rows with a target (head.c).
- * - Objective: loss_scale * sum of token losses + aux_scale * sum of MoE aux losses. */
+ * - Objective: loss_scale * sum of token losses + aux_scale * sum of MoE aux losses.
+ * - Context parallelism (cp > 1): this rank's N tokens are chunks c and 2 cp - 1 - c of
+ *   every sequence (lrow maps them to rows of the micro batch); positions are computed
+ *   for the whole micro batch and the local rows taken; the embedding, image rows, head
+ *   and loss see local tokens only; loss and target counts are summed over cp. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,20 +31,26 @@ static int head_chunk(int vocab)
     return c < 1 ? 1 : c;
 }
 
-static void take(decoder_part *d, farena *fa, iarena *ia, int N, int chunk)
+/* N: this rank's tokens (the micro batch's Nf / cp). */
+static void take(decoder_part *d, farena *fa, iarena *ia, int N, int Nf, int chunk)
 {
     const stack_cfg *c = &d->st.c;
-    size_t n = (size_t)N, ch = (size_t)chunk, V = (size_t)(d->v1 - d->v0);
+    size_t n = (size_t)N, nf = (size_t)Nf, ch = (size_t)chunk, V = (size_t)(d->v1 - d->v0);
     size_t nl = (size_t)(d->sp ? N / d->tp : N);
     d->ids = ia_take(ia, n);
     d->tgt = ia_take(ia, n);
+    d->imgk = ia_take(ia, n);
+    d->lrow = ia_take(ia, n);
+    d->cp_pos = d->cp > 1 ? ia_take(ia, (size_t)d->cp * n) : NULL;
     d->cu = ia_take(ia, n + 1);
-    d->pos3 = ia_take(ia, 3 * n);
-    d->pos1 = ia_take(ia, n);
+    d->pos3 = ia_take(ia, 3 * nf);
+    d->pos1 = ia_take(ia, nf);
     d->trow = ia_take(ia, n);
     d->tchunk = ia_take(ia, ch);
-    d->cos = fa_take(fa, n * (c->D / 2));
-    d->sin = fa_take(fa, n * (c->D / 2));
+    d->cos = fa_take(fa, nf * (c->D / 2));
+    d->sin = fa_take(fa, nf * (c->D / 2));
+    d->cosl = d->cp > 1 ? fa_take(fa, n * (c->D / 2)) : d->cos;
+    d->sinl = d->cp > 1 ? fa_take(fa, n * (c->D / 2)) : d->sin;
     d->xg = d->tp > 1 ? fa_take(fa, n * c->H) : NULL;
     if (!d->has_head) {
         d->hl = d->hf = d->meanf = d->rstdf = d->dhf = d->dhl = NULL;
@@ -61,12 +71,12 @@ static void take(decoder_part *d, farena *fa, iarena *ia, int N, int chunk)
     d->cmax = fa_take(fa, ch);
 }
 
-static int reserve(decoder_part *d, int N, hearth_err *err)
+static int reserve(decoder_part *d, int N, int Nf, hearth_err *err)
 {
     int rc = stack_reserve(&d->st, N, err);
     if (rc)
         return rc;
-    if (N <= d->cap_tokens && d->fbuf)
+    if (Nf <= d->cap_tokens && d->fbuf)   /* N = Nf / cp, cp fixed */
         return 0;
     /* The same chunk on every tp rank (the cross-entropy's collectives run per chunk):
      * sized for the largest vocabulary slice. */
@@ -75,7 +85,7 @@ static int reserve(decoder_part *d, int N, hearth_err *err)
         chunk = N;
     farena fa = { NULL, 0 };
     iarena ia = { NULL, 0 };
-    take(d, &fa, &ia, N, chunk);
+    take(d, &fa, &ia, N, Nf, chunk);
     free(d->fbuf);
     free(d->ibuf);
     free(d->lse);
@@ -98,20 +108,44 @@ static int reserve(decoder_part *d, int N, hearth_err *err)
     fa.used = 0;
     ia.base = d->ibuf;
     ia.used = 0;
-    take(d, &fa, &ia, N, chunk);
-    d->cap_tokens = N;
+    take(d, &fa, &ia, N, Nf, chunk);
+    d->cap_tokens = Nf;
     d->cap_chunk = chunk;
     return 0;
 }
 
-/* Checks token and target ids and copies them (image tokens as -1); returns the number
- * of image tokens or a negative code. */
-static int take_ids(model *m, const vlm_batch *b, int N, hearth_err *err)
+/* Which tokens this rank holds (d->lrow) and, under cp, every cp rank's positions
+ * (d->cp_pos): rank r holds chunks r and 2 cp - 1 - r of each sequence, in that order. */
+static void cp_layout(decoder_part *d, int n_seq, int S)
+{
+    int cp = d->cp > 1 ? d->cp : 1, Lc = S / cp, C = S / (2 * cp), N = n_seq * Lc;
+    if (cp == 1) {
+        for (int i = 0; i < N; i++)
+            d->lrow[i] = i;
+        return;
+    }
+    for (int r = 0; r < cp; r++)
+        for (int sq = 0; sq < n_seq; sq++)
+            for (int half = 0; half < 2; half++) {
+                int ch = half ? 2 * cp - 1 - r : r;
+                for (int j = 0; j < C; j++) {
+                    int i = sq * Lc + half * C + j, pos = ch * C + j;
+                    d->cp_pos[(size_t)r * N + i] = pos;
+                    if (r == d->c)
+                        d->lrow[i] = sq * S + pos;
+                }
+            }
+}
+
+/* Checks the micro batch's Nf token and target ids and copies those of this rank's
+ * tokens (image tokens as -1, with their image row in imgk); returns the number of image
+ * tokens of the micro batch or a negative code. */
+static int take_ids(model *m, const vlm_batch *b, int Nf, hearth_err *err)
 {
     decoder_part *d = &m->dec;
     const decoder_shape *ds = d->sh;
     int img = m->shape.encoder.present ? ds->image_token_id : -1;   /* tokens are >= 0 */
-    int images = 0;
+    int images = 0, N = Nf;
     for (int i = 0; i < N; i++) {
         int t = b->tokens[i], y = b->targets[i];
         if (t == img && img >= 0)
@@ -123,14 +157,34 @@ static int take_ids(model *m, const vlm_batch *b, int N, hearth_err *err)
             return herr_set(err, HERR_RUNTIME, "decoder: target %d at position %d is "
                             "outside the vocabulary [0, %d) and not -1", y, i, ds->vocab);
     }
-    for (int i = 0; i < N; i++) {
-        d->ids[i] = img >= 0 && b->tokens[i] == img ? -1 : b->tokens[i];
-        d->tgt[i] = b->targets[i];
+    /* lrow increases: one sweep */
+    for (int i = 0, li = 0, k = 0; i < N && li < d->n_tokens; i++) {
+        int is_img = img >= 0 && b->tokens[i] == img;
+        if (d->lrow[li] == i) {
+            d->ids[li] = is_img ? -1 : b->tokens[i];
+            d->tgt[li] = b->targets[i];
+            d->imgk[li] = is_img ? k : -1;
+            li++;
+        }
+        k += is_img;
     }
     return images;
 }
 
-/* Fills the RoPE tables of all N tokens (or checks learned positions fit). */
+/* The local rows of the RoPE tables (cp > 1). */
+static void positions_local(decoder_part *d)
+{
+    size_t w = (size_t)d->st.c.D / 2;
+    if (d->cp <= 1)
+        return;
+    for (int i = 0; i < d->n_tokens; i++) {
+        memcpy(d->cosl + i * w, d->cos + (size_t)d->lrow[i] * w, w * sizeof(float));
+        memcpy(d->sinl + i * w, d->sin + (size_t)d->lrow[i] * w, w * sizeof(float));
+    }
+}
+
+/* Fills the RoPE tables of all Nf tokens of the micro batch (or checks learned positions
+ * fit), then takes this rank's rows. */
 static int positions(model *m, const vlm_batch *b, hearth_err *err)
 {
     decoder_part *d = &m->dec;
@@ -147,6 +201,7 @@ static int positions(model *m, const vlm_batch *b, hearth_err *err)
         for (int i = 0; i < N; i++)
             d->pos1[i] = i % S;
         kcpu_rope_table_1d(d->cos, d->sin, d->pos1, N, D, theta);
+        positions_local(d);
         return 0;
     }
     /* mrope */
@@ -166,6 +221,7 @@ static int positions(model *m, const vlm_batch *b, hearth_err *err)
     if (cursor != b->n_images)
         return herr_set(err, HERR_RUNTIME, "decoder: only %d of %d images have tokens",
                         cursor, b->n_images);
+    positions_local(d);
     return 0;
 }
 
@@ -191,17 +247,13 @@ static int embed_forward(decoder_part *d, const float *img, hearth_err *err)
                                     err);
     if (rc)
         return herr_prefix(err, rc, "decoder: embedding");
-    for (int i = 0, k = 0; i < N; i++) {
-        if (d->ids[i] != -1)
-            continue;
-        if (i >= r0 && i < r0 + NL)
-            memcpy(x + (size_t)(i - r0) * H, img + (size_t)k * H, row);
-        k++;
-    }
+    for (int i = r0; i < r0 + NL; i++)
+        if (d->imgk[i] >= 0)
+            memcpy(x + (size_t)(i - r0) * H, img + (size_t)d->imgk[i] * H, row);
     if (d->pos_w)
         for (int i = 0; i < NL; i++)
-            kcpu_accumulate(x + (size_t)i * H, d->pos_w + (size_t)((r0 + i) % S) * H,
-                            (size_t)H);
+            kcpu_accumulate(x + (size_t)i * H,
+                            d->pos_w + (size_t)(d->lrow[r0 + i] % S) * H, (size_t)H);
     return 0;
 }
 
@@ -219,24 +271,32 @@ int model_stage_forward_begin(model *m, const vlm_batch *b, const float *img, in
         return herr_set(err, HERR_RUNTIME, "model: empty batch");
     if ((long)b->n_seq * b->seq_len > (1L << 28))
         return herr_set(err, HERR_RUNTIME, "decoder: batch too large");
-    int S = b->seq_len, N = b->n_seq * S, H = c->H;
+    int S = b->seq_len, Nf = b->n_seq * S, H = c->H;
+    if (d->cp > 1 && S % (2 * d->cp))
+        return herr_set(err, HERR_RUNTIME, "decoder: context parallelism needs seq_len %d "
+                        "divisible by 2 x cp = %d", S, 2 * d->cp);
+    int N = d->cp > 1 ? Nf / d->cp : Nf;   /* this rank's tokens */
     if (d->sp && N % d->tp)
         return herr_set(err, HERR_RUNTIME, "decoder: sequence parallel needs the %d tokens "
-                        "of a micro batch to be divisible by tp %d", N, d->tp);
+                        "of a micro batch (on this cp rank) to be divisible by tp %d", N,
+                        d->tp);
     if (!d->has_embed && !x_in)
         return herr_set(err, HERR_RUNTIME, "decoder: a stage without the embedding needs "
                         "its input");
-    int rc = reserve(d, N, err);
+    int rc = reserve(d, N, Nf, err);
     if (rc)
         return rc;
-    int n_img = take_ids(m, b, N, err);
+    d->n_tokens = N;
+    cp_layout(d, b->n_seq, S);
+    int n_img = take_ids(m, b, Nf, err);
     if (n_img < 0)
         return n_img;
     if (d->has_embed && (n_img != n_img_rows || (n_img > 0 && !img)))
         return herr_set(err, HERR_RUNTIME, "decoder: the text has %d image tokens but %d "
                         "image rows are given", n_img, img ? n_img_rows : 0);
-    d->n_tokens = N;
-    d->n_local = model_local_tokens(m, N);
+    d->n_full = Nf;
+    d->n_img = n_img;
+    d->n_local = model_local_tokens(m, Nf);
     d->row0 = d->sp ? d->t * d->n_local : 0;
     d->seq_len = S;
     if ((rc = positions(m, b, err)))
@@ -258,11 +318,11 @@ int model_stage_forward_begin(model *m, const vlm_batch *b, const float *img, in
         return herr_set(err, HERR_RUNTIME, "decoder: the pinned routing has %zu entries, "
                         "this batch routes %zu", m->n_pin, per * n_moe);
     for (int sq = 0; sq <= b->n_seq; sq++)
-        d->cu[sq] = sq * S;
+        d->cu[sq] = sq * (N / b->n_seq);
     d->ctx = (stack_ctx){
-        .N = N, .N_local = d->n_local, .cos = c->rope ? d->cos : NULL,
-        .sin = c->rope ? d->sin : NULL, .cu = d->cu, .nseq = b->n_seq, .cu_full = d->cu,
-        .nseq_full = b->n_seq,
+        .N = N, .N_local = d->n_local, .cos = c->rope ? d->cosl : NULL,
+        .sin = c->rope ? d->sinl : NULL, .cu = d->cu, .nseq = b->n_seq, .cu_full = d->cu,
+        .nseq_full = b->n_seq, .cp_pos = d->cp_pos,
     };
     d->begun = 1;
     return 0;
@@ -276,7 +336,7 @@ static int head_part_forward(decoder_part *d, double *loss, hearth_err *err)
     const decoder_shape *ds = d->sh;
     int N = d->n_tokens, H = sk->c.H, rc;
     *loss = 0;
-    d->n_targets = 0;
+    d->n_targets = d->n_targets_all = 0;
     if (!d->has_head)
         return 0;
     norm_forward(ds->s.norm, d->hl, d->meanf, d->rstdf, sk->xs[sk->L], d->norm_w, d->norm_b,
@@ -288,8 +348,16 @@ static int head_part_forward(decoder_part *d, double *loss, hearth_err *err)
     for (int i = 0; i < N; i++)
         if (d->tgt[i] != -1)
             d->trow[nt++] = i;
-    d->n_targets = nt;
-    return head_forward(d, loss, err);
+    d->n_targets = d->n_targets_all = nt;
+    if ((rc = head_forward(d, loss, err)) || !d->cp_comm)
+        return rc;
+    /* the whole micro batch's, on every cp rank */
+    double sum[2] = { *loss, nt };
+    if ((rc = comm_allreduce(d->cp_comm, sum, sum, 2, COMM_F64, COMM_SUM, err)))
+        return herr_prefix(err, rc, "decoder: loss over cp");
+    *loss = sum[0];
+    d->n_targets_all = (int)sum[1];
+    return 0;
 }
 
 /* m[0], m[1] (NULL: one micro batch) begun objects of one stage. */
@@ -332,7 +400,7 @@ int model_stage_forward_pair(model *const m[2], model_stats stats[2], hearth_err
             return rc;
         if (stats) {
             stats[i].loss_sum = loss;
-            stats[i].n_targets = d->n_targets;
+            stats[i].n_targets = d->n_targets_all;
             stats[i].aux_loss = aux[i];
         }
         d->pending = 1;
@@ -371,7 +439,8 @@ const float *model_stage_input_grad(const model *m, size_t *n_floats)
 int model_local_tokens(const model *m, int n_tokens)
 {
     const decoder_part *d = &m->dec;
-    return d->sp ? n_tokens / d->tp : n_tokens;
+    int n = d->cp > 1 ? n_tokens / d->cp : n_tokens;
+    return d->sp ? n / d->tp : n;
 }
 
 /* Embedding-stage backward from st->sc.dres: learned positions, image rows, embedding
@@ -390,14 +459,16 @@ static int embed_backward(decoder_part *d, float *img_grad, hearth_err *err)
     }
     if (d->pos_gw)
         for (int i = 0; i < N; i++)
-            kcpu_accumulate(d->pos_gw + (size_t)(i % S) * H, g + (size_t)i * H, (size_t)H);
-    for (int i = 0, k = 0; i < N; i++) {
-        if (d->ids[i] != -1)
-            continue;
-        if (img_grad)
-            memcpy(img_grad + (size_t)k * H, g + (size_t)i * H, (size_t)H * sizeof(float));
-        k++;
-    }
+            kcpu_accumulate(d->pos_gw + (size_t)(d->lrow[i] % S) * H, g + (size_t)i * H,
+                            (size_t)H);
+    /* Under cp the image rows at other ranks' tokens get zeros: the encoder gradient is
+     * then this rank's share, summed with the other cp ranks' in the gradient reduction. */
+    if (img_grad && d->cp > 1 && d->n_img > 0)
+        memset(img_grad, 0, (size_t)d->n_img * H * sizeof(float));
+    for (int i = 0; img_grad && i < N; i++)
+        if (d->imgk[i] >= 0)
+            memcpy(img_grad + (size_t)d->imgk[i] * H, g + (size_t)i * H,
+                   (size_t)H * sizeof(float));
     /* Token order per row of the table, as kcpu_embedding_backward. */
     if (d->embed_gw)
         for (int i = 0; i < N; i++) {

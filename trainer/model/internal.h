@@ -15,6 +15,7 @@
  *   decoder.c    a decoder pipeline stage: embedding, image fill, positions, decoder
  *                stack, final norm (model_stage_* of model_par.h)
  *   head.c       the vocabulary-parallel LM head and cross-entropy
+ *   cp_attn.c    attention under context parallelism (the key/value ring)
  *   positions.c  mRoPE positions, the ViT window index
  */
 #ifndef HEARTH_MODEL_INTERNAL_H
@@ -124,6 +125,11 @@ typedef struct {
     float *xr, *ur, *ar;            /* received rows: input, gate|up, act (in ep_buf) */
     float *ep_buf;                  /* owned, grown on demand (ep_cap floats) */
     size_t ep_cap;
+    /* MoE under context parallelism: the aux loss is over the whole micro batch, so its
+     * statistics are reduced over this group (NULL = not split) */
+    comm *cp;
+    float *cp_cnt;                  /* [E] routed pairs per expert over the cp group */
+    int cp_n;                       /* tokens over the cp group */
 } block;
 
 /* Backward scratch shared by the blocks of a stack (sized for the largest layer). */
@@ -140,6 +146,7 @@ typedef struct {
     float *dgat;            /* sp: [N, H] dres gathered over tp (else NULL) */
     float *ep_buf;          /* MoE under ep: exchange scratch, owned, grown on demand */
     size_t ep_cap;
+    float *ring;            /* cp: [8 N KD] key/value (and gradient) blocks of the ring */
 } stack_scratch;
 
 typedef struct {
@@ -147,6 +154,8 @@ typedef struct {
     /* Communication of a split stack (model_par.h); NULL groups = size 1.  sp: the
      * residual stream holds ctx->N_local tokens of this rank (sequence parallel). */
     comm *tp_comm, *ep_comm;
+    comm *cp_comm;          /* context parallel (decoder): attention over the ring; NULL =
+                               size 1 */
     int sp;
     int L;
     block *layers;          /* [L] */
@@ -168,7 +177,23 @@ typedef struct {
     int nseq;
     const int *cu_full;             /* [nseq_full + 1] for layers with full_attn set */
     int nseq_full;
+    const int *cp_pos;              /* context parallel: [cp][N] the position inside its
+                                       sequence of every local token of every cp rank
+                                       (all ranks hold N tokens, sequences at cu); NULL
+                                       when the stack is not split by cp */
 } stack_ctx;
+
+/* Attention of the N local queries against the keys of every rank of the cp group
+ * (cp_attn.c): the same result as kcpu_attention_forward/backward (causal) on the whole
+ * sequences, for this rank's rows.  ring holds 8 N Hkv D floats of scratch.  Forward:
+ * att, lse overwritten.  Backward: dq, dk, dv accumulated. */
+int cp_attention_forward(comm *cp, float *ring, float *att, float *lse, const float *q,
+                         const float *k, const float *v, const int *cu, int nseq,
+                         const int *cp_pos, int N, int Hq, int Hkv, int D, hearth_err *err);
+int cp_attention_backward(comm *cp, float *ring, float *dq, float *dk, float *dv,
+                          const float *datt, const float *q, const float *k, const float *v,
+                          const float *att, const float *lse, const int *cu, int nseq,
+                          const int *cp_pos, int N, int Hq, int Hkv, int D, hearth_err *err);
 
 /* Fills the derived sizes.  moe_* are 0 for a dense stack. */
 void stack_cfg_init(stack_cfg *c, const stack_shape *s, int causal, int E, int K, int Fm,
@@ -313,9 +338,10 @@ typedef struct {
     const decoder_shape *sh;
     stack st;
     /* The split of this rank (model_par.h): tp group size and rank, local vocabulary rows
-     * [v0, v1) of the embedding and head, sequence parallel. */
-    comm *tp_comm;
-    int tp, t, sp, v0, v1;
+     * [v0, v1) of the embedding and head, sequence parallel, context-parallel group size
+     * and rank. */
+    comm *tp_comm, *cp_comm;
+    int tp, t, sp, v0, v1, cp, c;
     int has_embed, has_head;
     float *embed_w, *embed_gw;      /* [v1 - v0, H] */
     float *pos_w, *pos_gw;          /* learned: [max_positions, H] */
@@ -325,13 +351,21 @@ typedef struct {
     /* the pending micro batch (model_stage_forward -> model_stage_backward); begun:
      * model_stage_forward_begin done, its stack not run yet */
     int pending, begun;
-    int n_tokens, n_local, row0;    /* N, local rows, first local row */
-    int seq_len, n_targets, n_chunks;
+    int n_tokens, n_local, row0;    /* N (this cp rank's tokens: the micro batch's / cp),
+                                       local rows, first local row */
+    int n_full, n_img;              /* tokens and image tokens of the whole micro batch */
+    int seq_len, n_targets, n_chunks;   /* n_targets: of this rank's N tokens */
+    int n_targets_all;              /* of the whole micro batch (summed over cp) */
     stack_ctx ctx;
     int *ids;                       /* [N] token ids, -1 at image tokens */
     int *tgt;                       /* [N] targets */
+    int *imgk;                      /* [N] image row of an image token, else -1 */
+    int *lrow;                      /* [N] the token's row in the micro batch (cp: its
+                                       chunk's; else the identity) */
+    int *cp_pos;                    /* cp > 1: [cp][N] (stack_ctx.cp_pos) */
     int *cu, *pos3, *pos1, *trow, *tchunk;
-    float *cos, *sin;               /* [N, D/2] */
+    float *cos, *sin;               /* [n_full, D/2] */
+    float *cosl, *sinl;             /* cp > 1: [N, D/2] the local rows of cos, sin */
     float *xg;                      /* [N, H]: partial embeddings, gathered gradients */
     float *hl, *hf, *meanf, *rstdf; /* final norm output (local rows, gathered), stats */
     float *dhf, *dhl;               /* [N, H] head input gradient, its local rows */

@@ -182,6 +182,9 @@ static int setup_parts(model *m, hearth_err *err)
     d->tp = group_size(par->tp);
     d->t = group_rank(par->tp);
     d->sp = par->sp && d->tp > 1;
+    d->cp_comm = group_size(par->cp) > 1 ? par->cp : NULL;
+    d->cp = group_size(par->cp);
+    d->c = group_rank(par->cp);
     d->v0 = (int)((int64_t)d->t * ds->vocab / d->tp);
     d->v1 = (int)((int64_t)(d->t + 1) * ds->vocab / d->tp);
     d->has_embed = par->has_embed;
@@ -196,9 +199,11 @@ static int setup_parts(model *m, hearth_err *err)
     d->st.tp_comm = par->tp;
     d->st.ep_comm = par->ep;
     d->st.sp = d->sp;
+    d->st.cp_comm = d->cp_comm;
     for (int l = 0; l < par->n_layers; l++) {
         int gl = par->first_layer + l;   /* the MoE pattern follows global indices */
         d->st.layers[l].moe = E > 0 && gl % ds->moe_every == ds->moe_every - 1;
+        d->st.layers[l].cp = d->st.layers[l].moe ? d->cp_comm : NULL;
     }
     return 0;
 }

@@ -137,8 +137,8 @@ size_t model_last_routing(const model *m, int *out, size_t cap);
 size_t model_stack_activation_bytes(const model *m);
 
 /* The decoder's final-norm output of the last forward, [*n_tokens, *hidden] row-major
- * (every position, image tokens included): the LM head's input, so logits = hidden x
- * head weight^T.  For checks against other implementations.  NULL when this model holds
+ * (every position, image tokens included; under context parallelism this rank's
+ * positions, model_par.h): the LM head's input, so logits = hidden x head weight^T.  For checks against other implementations.  NULL when this model holds
  * no LM head or has not run a forward.  Valid until the next forward. */
 const float *model_last_hidden(const model *m, int *n_tokens, int *hidden);
 

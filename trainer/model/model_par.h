@@ -37,10 +37,22 @@
  *               column-parallel linears, reduce-scatter after the row-parallel ones.
  *               Norm weights/biases and row-parallel biases then see local tokens only:
  *               their gradients are partial over tp (model_shard.tp_partial).
+ *   context parallel (decoder only, par.cp; docs/parallel/cp.md): every sequence of
+ *               seq_len tokens is cut into 2 cp equal chunks and cp rank c holds chunks c
+ *               and 2 cp - 1 - c of every sequence (the rank's N / cp tokens, sequence by
+ *               sequence, the two chunks in order; under sp further split by tp as
+ *               above).  Everything per token (embedding, norms, MLP, MoE, residuals,
+ *               head) runs on those tokens; positions are computed for the whole sequence
+ *               and the local rows taken.  Attention passes key/value blocks around the
+ *               cp group (cp_attn.c) with the causal mask from the global positions.
+ *               Every parameter gradient is then partial over cp (summed with the data-
+ *               parallel replicas over DP_CP); the loss and target counts are summed over
+ *               cp, and the MoE aux loss reduces its router statistics over cp, so the
+ *               stats are the whole micro batch's on every cp rank.
  *   pipeline    the decoder layers [first_layer, first_layer + n_layers) of a stage; the
  *               embedding (and learned positions) on the stage with has_embed, the final
  *               norm and head on the stage with has_head.  Stage activations are
- *               [local tokens, hidden] (local tokens = N/tp under sp, else N).
+ *               [local tokens, hidden] (local tokens = N/cp/tp under sp, else N/cp).
  *   encoder     (has_encoder) the ViT with its own tp group (enc_tp), no sp; projector
  *               replicated.  Which images a rank encodes is the caller's business.
  *
@@ -61,6 +73,7 @@ typedef struct {
     comm *tp;                 /* decoder tensor-parallel group; NULL = size 1 */
     int sp;                   /* sequence parallel over tp */
     comm *ep;                 /* expert-parallel group; NULL = size 1 (all experts) */
+    comm *cp;                 /* context-parallel group; NULL = size 1 */
     int first_layer;          /* global index of this stage's first decoder layer */
     int n_layers;             /* decoder layers on this stage (>= 1 when has_decoder) */
     int has_embed;            /* token embedding (+ learned positions) here */
@@ -110,6 +123,8 @@ int model_encode_backward(model *m, hearth_err *err);
  * Forward of micro batch b on this stage.
  *   has_embed: embeds b->tokens; image-token rows take img (rows in image order,
  *              n_img_rows of them, decoder hidden; may be NULL when there are none).
+ *              Under cp every image row of the micro batch is passed; the stage takes
+ *              the rows at its tokens.
  *   else:      x_in holds the previous stage's output [local tokens, hidden].
  *   has_head:  computes the loss: stats->loss_sum and n_targets are the whole micro
  *              batch's (equal on every tp rank), aux_loss this stage's MoE layers'.
@@ -125,7 +140,8 @@ const float *model_stage_output(const model *m, size_t *n_floats);
  * Gradients accumulate into the parameters' gradients.
  *   has_embed: the gradient of the image rows is written to img_grad (n_img_rows rows,
  *              NULL when not needed); else model_stage_input_grad is the gradient of
- *              x_in. */
+ *              x_in.  Under cp: the rows at this rank's tokens, zeros elsewhere (the
+ *              encoder gradient is then partial over cp). */
 int model_stage_backward(model *m, const float *dy, float loss_scale, float aux_scale,
                          float *img_grad, hearth_err *err);
 /* [local tokens, hidden]; valid until the next stage call on this object.  Under sp,
@@ -169,7 +185,7 @@ int model_stage_backward_pair(model *const m[2], const float *const dy[2], float
                               float aux_scale, float *const img_grad[2], hearth_err *err);
 
 /* Tokens this rank holds in the stage activations for a micro batch of n tokens
- * (n / tp under sp, else n). */
+ * (n / cp / tp under sp, else n / cp). */
 int model_local_tokens(const model *m, int n_tokens);
 
 #endif

@@ -44,6 +44,7 @@ void moe_take(const stack_cfg *c, block *b, farena *fa, iarena *ia, int N)
     size_t n = (size_t)N, nk = n * c->K;
     b->logits = fa_take(fa, n * c->E);
     b->probs = fa_take(fa, n * c->E);
+    b->cp_cnt = fa_take(fa, (size_t)c->E);
     b->topk_w = fa_take(fa, nk);
     b->topk_idx = ia_take(ia, nk);
     b->offsets = ia_take(ia, (size_t)c->E + 1);
@@ -98,6 +99,57 @@ static float pin_routing(block *b, int N, int E, int K)
         a += (f / N) * (P / N);
     }
     return N > 0 ? (float)(E * a) : 0.0f;
+}
+
+/* Context parallelism (model_par.h): the aux loss is E sum_e f_e P_e over the whole
+ * micro batch, whose tokens are spread over the cp group.  The routed-pair counts and the
+ * probability sums per expert, and the token count, are summed over the group; every cp
+ * rank then has the single-rank aux (up to the order of the sums), and keeps the counts
+ * and the token count for the backward. */
+static int cp_aux(block *b, int N, int E, int K, float *aux, hearth_err *err)
+{
+    double *s = calloc((size_t)2 * E + 1, sizeof *s);
+    if (!s)
+        return herr_set(err, HERR_NOMEM, "moe: out of memory");
+    for (size_t i = 0; i < (size_t)N * K; i++)
+        s[b->topk_idx[i]] += 1.0;
+    for (int t = 0; t < N; t++)
+        for (int e = 0; e < E; e++)
+            s[E + e] += b->probs[(size_t)t * E + e];
+    s[2 * E] = N;
+    int rc = comm_allreduce(b->cp, s, s, (size_t)2 * E + 1, COMM_F64, COMM_SUM, err);
+    if (rc) {
+        free(s);
+        return herr_prefix(err, rc, "moe: aux loss over cp");
+    }
+    double Nt = s[2 * E], a = 0;
+    for (int e = 0; e < E; e++) {
+        a += (s[e] / Nt) * (s[E + e] / Nt);
+        b->cp_cnt[e] = (float)s[e];   /* counts < 2^24: exact */
+    }
+    b->cp_n = (int)Nt;
+    *aux = Nt > 0 ? (float)(E * a) : 0.0f;
+    free(s);
+    return 0;
+}
+
+/* The aux term of the router backward with the group's counts (what
+ * kcpu_moe_router_backward adds for daux, with f_e and N of the whole micro batch):
+ * dL/dp_e = daux E f_e / N_total, dL/dz_e = p_e (dL/dp_e - sum_k p_k dL/dp_k). */
+static void cp_aux_backward(const block *b, float *dlogits, float daux, int N, int E)
+{
+    if (daux == 0.0f || b->cp_n <= 0)
+        return;
+    double Nt = b->cp_n;
+    for (int t = 0; t < N; t++) {
+        const float *p = b->probs + (size_t)t * E;
+        double dot = 0;
+        for (int e = 0; e < E; e++)
+            dot += p[e] * ((double)daux * E * (b->cp_cnt[e] / Nt) / Nt);
+        float *dz = dlogits + (size_t)t * E;
+        for (int e = 0; e < E; e++)
+            dz[e] += (float)(p[e] * ((double)daux * E * (b->cp_cnt[e] / Nt) / Nt - dot));
+    }
 }
 
 /* ---- the experts ----------------------------------------------------------------
@@ -278,6 +330,8 @@ int moe_forward_route(const stack_cfg *c, block *b, stack_scratch *sc, comm *ep,
     kcpu_moe_router_forward(b->topk_idx, b->topk_w, b->probs, &aux, b->logits, N, E, K);
     if (b->pin)
         aux = pin_routing(b, N, E, K);
+    if (b->cp && (rc = cp_aux(b, N, E, K, &aux, err)))
+        return rc;
     b->aux = aux;
     kcpu_moe_plan(b->offsets, b->row_src, b->slot_row, b->topk_idx, N, E, K);
     kcpu_moe_permute_forward(b->xp, b->h2, b->row_src, N, K, H);
@@ -433,8 +487,10 @@ int moe_backward_combine(const stack_cfg *c, block *b, stack_scratch *sc, comm *
     kcpu_moe_permute_backward(dh, sc->dxp, b->row_src, N, K, H);
 
     zero(sc->dlogits, (size_t)N * E);
-    kcpu_moe_router_backward(sc->dlogits, sc->dtopk, aux_scale, b->probs, b->topk_idx,
-                             b->topk_w, N, E, K);
+    kcpu_moe_router_backward(sc->dlogits, sc->dtopk, b->cp ? 0.0f : aux_scale, b->probs,
+                             b->topk_idx, b->topk_w, N, E, K);
+    if (b->cp)
+        cp_aux_backward(b, sc->dlogits, aux_scale, N, E);
     int rc = fp8_linear_backward(p->fp8, FP8_ROUTER, 0, dh, g->router_w, NULL, sc->dlogits,
                                  b->h2, p->router_w, N, H, E, err);
     if (rc)

@@ -40,15 +40,6 @@ static comm *group_or_null(const parallel_state *ps, ps_group_kind k)
     return ps && ps->size[k] > 1 ? ps->group[k] : NULL;
 }
 
-/* Things the parallel trainer does not do yet, named by key. */
-static int check_supported(const ptrain *t, hearth_err *err)
-{
-    if (t->lay.cp != 1)
-        return herr_set(err, HERR_CONFIG, "parallel.cp: context parallelism is not supported "
-                        "by this build yet (use 1)");
-    return 0;
-}
-
 static int create_chunks(ptrain *t, uint64_t seed, hearth_err *err)
 {
     const model_shape *sh = &t->cfg.model;
@@ -65,6 +56,7 @@ static int create_chunks(ptrain *t, uint64_t seed, hearth_err *err)
         par.tp = group_or_null(t->dec, PS_TP);
         par.sp = t->cfg.parallel.sp;
         par.ep = group_or_null(t->dec, PS_EP);
+        par.cp = group_or_null(t->dec, PS_CP);
         par.first_layer = vs * per;
         par.n_layers = per;
         par.has_embed = vs == 0;
@@ -97,8 +89,6 @@ int ptrain_create(ptrain **out, const run_config *cfg, comm *world, hearth_err *
     if (!rc && comm_size(world) != t->lay.world)
         rc = herr_set(err, HERR_CONFIG, "ranks: the layout needs %d ranks, the world has %d",
                       t->lay.world, comm_size(world));
-    if (!rc)
-        rc = check_supported(t, err);
     if (!rc)
         rc = data_source_create(&t->src, cfg, err);
     if (rc) {
@@ -317,9 +307,10 @@ int ptrain_step(ptrain *t, train_step_stats *st, hearth_err *err)
         (rc = pt_encode_step_end(t, err)))
         return herr_prefix(err, rc, "rank %d, step %d", t->rank, st->step);
 
-    /* The loss lives on the last stage, MoE losses on every stage; tp ranks agree, so
-     * tp rank 0 speaks for its group. */
-    double sums[2] = { k->t == 0 ? t->loss_sum : 0, k->t == 0 ? t->aux_sum : 0 };
+    /* The loss lives on the last stage, MoE losses on every stage; tp ranks agree, and so
+     * do cp ranks (the model sums both over cp), so (t, c) = (0, 0) speaks for them. */
+    int speaks = k->t == 0 && k->c == 0;
+    double sums[2] = { speaks ? t->loss_sum : 0, speaks ? t->aux_sum : 0 };
     if ((rc = comm_allreduce(t->world, sums, sums, 2, COMM_F64, COMM_SUM, err)))
         return rc;
     st->loss = st->target_tokens > 0 ? sums[0] / (double)st->target_tokens : 0.0;

@@ -193,6 +193,9 @@ static const struct { const char *key, *doc; } spec_docs[] = {
     { "retry_timeout", "a run that hit its time limit is retried too (not swept)" },
     { "pack", "Slurm: up to this many runs of one shape one after another in one job (not "
               "swept)" },
+    { "gpu_mem", "GiB of memory per GPU: device cuda points whose predicted peak memory "
+                 "(hearth\\-train \\-\\-plan\\-memory) exceeds it are pruned by rule "
+                 "fits_gpu_mem (not swept)" },
 };
 
 /* The documentation of a spec key, or NULL (the test of the pages checks there is none). */
@@ -283,6 +286,7 @@ int cli_doc_man_spec(FILE *out, hearth_err *err)
     spec_key_list(out, SPEC_KEYS_RES_LIST, "", "(list of strings)");
     spec_key_list(out, SPEC_KEYS_RES_BOOL, "", "(boolean)");
     spec_key_list(out, SPEC_KEYS_RES_SPEC_INT, "", "(integer)");
+    spec_key_list(out, SPEC_KEYS_RES_SPEC_NUM, "", "(number)");
     fprintf(out, ".SH RUN CONFIG KEYS\nThe keys of \\fBbase\\fR and of swept points "
                  "(dotted).  \\fBmodel\\fR names a preset; its shape keys follow as "
                  "\\fBmodel.\\fIKEY\\fR.  A default \\fBauto\\fR is derived from other keys.\n");

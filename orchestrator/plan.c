@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 
+#include "shape/mem_plan.h"
 #include "shape/run_config_override.h"
 
 /* Keys a `where`/`exclude` reads from the resolved config, resolved to table rows once.
@@ -449,7 +450,8 @@ int plan_run(const spec *s, const plan_opts *opts, plan_point_fn cb, void *ctx,
             p->status = PLAN_PRUNED;
             snprintf(pb->rule, sizeof pb->rule, "ranks_match_gpus");
             p->rule = pb->rule;
-        } else if (run_config_check_rules(&pl->cfg, &rule_err)) {
+        } else if (run_config_check_rules(&pl->cfg, &rule_err) ||
+                   mem_plan_check_gpu_mem(&pl->cfg, s->resources.gpu_mem, &rule_err)) {
             p->status = PLAN_PRUNED;
             split_rule(rule_err.msg, pb->rule, sizeof pb->rule, p->reason, sizeof p->reason);
             p->rule = pb->rule;

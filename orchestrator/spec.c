@@ -33,6 +33,8 @@ static const char *const resource_list_keys[] = { "setup", "sbatch", NULL };
 static const char *const resource_bool_keys[] = { "retry_timeout", NULL };
 /* Integer resources keys of the spec's own, not swept by a point. */
 static const char *const resource_spec_int_keys[] = { "pack", NULL };
+/* Numeric resources keys of the spec's own: GiB per GPU (rule fits_gpu_mem). */
+static const char *const resource_spec_num_keys[] = { "gpu_mem", NULL };
 
 typedef struct {
     spec *s;
@@ -585,6 +587,17 @@ static int read_resources(reader *r, const yaml_tree_node *map)
             res->pack = v;
             continue;
         }
+        if (in_list(resource_spec_num_keys, p->key)) {
+            double v;
+            if (yaml_tree_as_double(p->value, &v) != 1 || !(v > 0) || v > 1e9) {
+                char got[96];
+                yaml_tree_describe(p->value, got, sizeof got);
+                return fail(r, p->value->line, p->value->col, key,
+                            "expected a number of GiB > 0, got %s", got);
+            }
+            res->gpu_mem = v;
+            continue;
+        }
         if (!spec_key_is_resource(key)) {
             field_suggestion sg;
             field_suggest_init(&sg);
@@ -598,6 +611,8 @@ static int read_resources(reader *r, const yaml_tree_node *map)
                 field_suggest_add(&sg, p->key, resource_bool_keys[k]);
             for (int k = 0; resource_spec_int_keys[k]; k++)
                 field_suggest_add(&sg, p->key, resource_spec_int_keys[k]);
+            for (int k = 0; resource_spec_num_keys[k]; k++)
+                field_suggest_add(&sg, p->key, resource_spec_num_keys[k]);
             const char *best = field_suggest_result(&sg, p->key);
             char hint[200] = "";
             if (best)
@@ -1166,6 +1181,7 @@ const char *const *spec_keys(spec_key_group g)
     case SPEC_KEYS_RES_LIST: return resource_list_keys;
     case SPEC_KEYS_RES_BOOL: return resource_bool_keys;
     case SPEC_KEYS_RES_SPEC_INT: return resource_spec_int_keys;
+    case SPEC_KEYS_RES_SPEC_NUM: return resource_spec_num_keys;
     }
     return NULL;
 }

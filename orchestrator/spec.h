@@ -88,6 +88,9 @@ typedef struct {
     int retry_timeout;                /* resources.retry_timeout: a TIMEOUT is retried too */
     int64_t pack;                     /* resources.pack (slurm): up to this many runs of one
                                          shape run one after another in one job; 0/1: off */
+    double gpu_mem;                   /* resources.gpu_mem: GiB per GPU; device cuda points
+                                         whose predicted peak exceeds it are pruned (rule
+                                         fits_gpu_mem); 0: no limit */
 } spec_resources;
 
 typedef enum { SPEC_AFTER_OK = 0, SPEC_AFTER_ANY = 1 } spec_after_on;
@@ -155,9 +158,9 @@ int spec_time_seconds(const char *text, int64_t *seconds);
 
 /* The keys a spec knows, NULL-terminated, for its generated manual page hearth-spec(5):
  * top-level keys, then resources keys by kind (swept integers, swept strings, lists,
- * booleans, spec-only integers).  NULL for another group. */
+ * booleans, spec-only integers, spec-only numbers).  NULL for another group. */
 typedef enum { SPEC_KEYS_TOP = 0, SPEC_KEYS_RES_INT, SPEC_KEYS_RES_STR, SPEC_KEYS_RES_LIST,
-               SPEC_KEYS_RES_BOOL, SPEC_KEYS_RES_SPEC_INT } spec_key_group;
+               SPEC_KEYS_RES_BOOL, SPEC_KEYS_RES_SPEC_INT, SPEC_KEYS_RES_SPEC_NUM } spec_key_group;
 const char *const *spec_keys(spec_key_group g);
 
 /* Maps a 1-based column inside the `where` expression to a FILE line and column. */

@@ -8,6 +8,7 @@ void cli_usage(FILE *f)
     fputs("usage: hearth-train --config FILE --out DIR [--set KEY=VALUE]... [--resume DIR]\n"
           "                    [--init-from HF_DIR] [--export-hf DIR [--export-dtype T]]\n"
           "       hearth-train --set model=PRESET [--set KEY=VALUE]... --out DIR\n"
+          "       hearth-train --plan-memory [--config FILE] [--set KEY=VALUE]...\n"
           "       hearth-train --check-bootstrap\n"
           "       hearth-train --help | --version\n"
           "\n"
@@ -27,6 +28,9 @@ void cli_usage(FILE *f)
           "  --export-hf DIR    at the end, write the parameters as a Hugging Face\n"
           "                     Qwen2.5-VL checkpoint (config.json + safetensors)\n"
           "  --export-dtype T   f32 (default, lossless) or bf16 for --export-hf\n"
+          "  --plan-memory      print the predicted peak memory per pipeline stage and rank\n"
+          "                     (parameters, gradients, optimizer, activations, ...;\n"
+          "                     docs/memory.md) and exit without training or writing DIR\n"
           "  --check-bootstrap  join the job (PMIx under srun --mpi=pmix or mpirun, else\n"
           "                     RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, else one rank),\n"
           "                     exchange a blob with every rank, print what arrived;\n"
@@ -143,6 +147,8 @@ int cli_parse(cli_args *a, int argc, char **argv, hearth_err *err)
             a->version = 1;
         } else if (!strcmp(arg, "--check-bootstrap")) {
             a->check_bootstrap = 1;
+        } else if (!strcmp(arg, "--plan-memory")) {
+            a->plan_memory = 1;
         } else if (string_option(a, argc, argv, &i, err, &rc)) {
             if (rc)
                 return rc;
@@ -160,8 +166,17 @@ int cli_parse(cli_args *a, int argc, char **argv, hearth_err *err)
     if (a->help || a->version)
         return 0;
     if (a->check_bootstrap) {
-        if (a->config || a->out_dir || a->n_ovr || a->resume)
+        if (a->config || a->out_dir || a->n_ovr || a->resume || a->plan_memory)
             return herr_set(err, HERR_CONFIG, "--check-bootstrap: takes no other option");
+        return 0;
+    }
+    if (a->plan_memory) {
+        if (a->resume || a->init_from || a->export_hf || a->export_dtype)
+            return herr_set(err, HERR_CONFIG, "--plan-memory: takes only --config and --set "
+                            "(and ignores --out)");
+        if (!a->config && a->n_ovr == 0)
+            return herr_set(err, HERR_CONFIG, "--config: missing (give a run config, or at "
+                            "least --set model=PRESET)");
         return 0;
     }
     if (!a->out_dir)

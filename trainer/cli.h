@@ -4,6 +4,7 @@
  *   hearth-train --set model=tiny-vlm --out DIR          (no file: overrides only)
  *   hearth-train ... --resume DIR                         (continue from a checkpoint)
  *   hearth-train ... --init-from HF_DIR --export-hf DIR   (Hugging Face checkpoints)
+ *   hearth-train --plan-memory --config FILE [--set KEY=VALUE]...  (plan_memory.h)
  *   hearth-train --check-bootstrap                        (see bootstrap.h)
  *   hearth-train --help | --version
  *
@@ -28,6 +29,8 @@ typedef struct {
     char **ovr_text;           /* [n_ovr] malloc'd copies "KEY\0VALUE" */
     int help, version;
     int check_bootstrap;       /* --check-bootstrap: no --out or config needed */
+    int plan_memory;           /* --plan-memory: print the memory plan, train nothing;
+                                  --out is not needed (and not created when given) */
 } cli_args;
 
 /* Parses argv; on success the caller frees with cli_args_free (also after an error). */

@@ -3,6 +3,7 @@
 
 #include "bootstrap.h"
 #include "cli.h"
+#include "plan_memory.h"
 #include "run.h"
 #include "version.h"
 
@@ -26,6 +27,11 @@ int main(int argc, char **argv)
         printf("%s\n", version_line());
         cli_args_free(&a);
         return RUN_EXIT_DONE;
+    }
+    if (a.plan_memory) {
+        rc = plan_memory_main(&a, stdout, stderr);
+        cli_args_free(&a);
+        return rc;
     }
     if (a.check_bootstrap) {
         cli_args_free(&a);

@@ -160,6 +160,29 @@ void metrics_close(metrics_file *mf)
     }
 }
 
+/* result.json's "memory" object (docs/memory.md); null without figures. */
+static json_t *memory_json(const run_memory *m)
+{
+    json_t *o = m ? json_object() : NULL, *cat = m ? json_object() : NULL;
+    if (!o || !cat) {
+        json_decref(o);
+        json_decref(cat);
+        return json_null();
+    }
+    json_object_set_new(o, "predicted_peak_bytes", json_integer(m->peak.total));
+    json_object_set_new(o, "predicted_peak_rank", json_integer(m->peak.rank));
+    json_object_set_new(o, "predicted_peak_stage", json_integer(m->peak.p));
+    for (int k = 0; k < MEM_CATEGORIES; k++)
+        json_object_set_new(cat, mem_category_name((mem_category)k),
+                            json_integer(m->peak.bytes[k]));
+    json_object_set_new(o, "predicted_by_category", cat);
+    json_object_set_new(o, "predicted_host_bytes", json_integer(m->peak.host_bytes));
+    json_object_set_new(o, "predicted_process_bytes", json_integer(m->process_predicted));
+    json_object_set_new(o, "measured_peak_bytes", json_integer(m->measured_bytes));
+    json_object_set_new(o, "measured_source", jstr_or_null(m->measured_source));
+    return o;
+}
+
 char *result_json(const run_result *r, hearth_err *err)
 {
     json_t *o = json_object(), *v = json_object();
@@ -190,6 +213,7 @@ char *result_json(const run_result *r, hearth_err *err)
     json_object_set_new(v, "cublaslt", json_null());
     json_object_set_new(v, "nccl", json_null());
     json_object_set_new(o, "versions", v);
+    json_object_set_new(o, "memory", memory_json(r->memory));
     char *s = json_dumps(o, DUMP_FLAGS(JSON_INDENT(2)));
     json_decref(o);
     if (!s)

@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 
+#include "plan_memory.h"
 #include "shape/err.h"
 #include "summary.h"
 #include "train.h"
@@ -50,12 +51,17 @@ typedef struct {
     const char *exit_status;     /* "done" | "diverged" | "failed" */
     const char *device;          /* "cpu" | "cuda" */
     int device_count, nodes;
+    const run_memory *memory;    /* predicted and measured peak memory (plan_memory.h);
+                                    NULL: "memory": null; borrowed */
 } run_result;
 
 /* result.json's text (malloc'd), keys in DESIGN.md's order:
  * config_hash, steps, step_ms_median, step_ms_p10, step_ms_p90, tokens_per_s,
  * tokens_per_s_per_gpu, flops_per_token, mfu, peak_mem_bytes, final_loss, exit_status,
- * device, device_count, nodes, versions {hearth, git_describe, cuda, cublaslt, nccl}. */
+ * device, device_count, nodes, versions {hearth, git_describe, cuda, cublaslt, nccl},
+ * then memory {predicted_peak_bytes, predicted_peak_rank, predicted_peak_stage,
+ * predicted_by_category {params, grads, ...}, predicted_host_bytes,
+ * predicted_process_bytes, measured_peak_bytes, measured_source} (docs/memory.md). */
 char *result_json(const run_result *r, hearth_err *err);
 int result_write(const char *dir, const run_result *r, hearth_err *err);
 

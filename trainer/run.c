@@ -108,6 +108,13 @@ static int finish(runlog *log, const char *dir, const run_config *cfg, const cha
     r.peak_mem_bytes = outputs_peak_mem_bytes();
     r.exit_status = status;
     r.device = cfg->device == DEVICE_CUDA ? "cuda" : "cpu";
+    /* The plan of a config that trained is always computable; should it fail anyway,
+     * result.json says "memory": null rather than losing the run's other figures. */
+    run_memory mem;
+    if (plan_memory_result(&mem, cfg, &err) == 0)
+        r.memory = &mem;
+    else
+        runlog_printf(log, "hearth-train: memory plan: %s", err.msg);
     if (result_write(dir, &r, &err)) {
         runlog_printf(log, "hearth-train: %s", err.msg);
         return -1;
@@ -295,12 +302,13 @@ int run_main(const cli_args *a)
         shape_params sp;
         shape_count_params(&cfg->model, &sp);
         runlog_printf(&log, "model %s: %lld parameters; %d rank(s): tp %d pp %d vpp %d dp %d "
-                      "ep %d sp %d, encoder %s tp %d; %d steps of %d x %d "
+                      "ep %d sp %d cp %d, encoder %s tp %d; %d steps of %d x %d "
                       "tokens (micro batch %d), lr %g (min %g, warmup %d), seed %llu; "
                       "config %s",
                       cfg->model.name, (long long)sp.total, cfg->ranks, cfg->parallel.tp,
                       cfg->parallel.pp, cfg->parallel.vpp, cfg->parallel.dp, cfg->parallel.ep,
-                      cfg->parallel.sp, encoder_strategy_name(cfg->parallel.encoder.strategy),
+                      cfg->parallel.sp, cfg->parallel.cp,
+                      encoder_strategy_name(cfg->parallel.encoder.strategy),
                       cfg->parallel.encoder.tp,
                       cfg->train.steps, cfg->train.global_batch, cfg->train.seq_len,
                       cfg->train.micro_batch, cfg->train.lr, cfg->train.min_lr,

@@ -100,7 +100,7 @@ spec_ok() {
     ! grep -n 'undocumented' hearth-spec.man || { echo "undocumented keys above"; return 1; }
     local k
     for k in name trainer base resources matrix zip include exclude where repeat retries after \
-             nodes gpus_per_node partition setup sbatch retry_timeout pack \
+             nodes gpus_per_node partition setup sbatch retry_timeout pack gpu_mem \
              train.lr parallel.tp model.decoder.heads; do
         grep -qF "\\fB$(sed 's/_/_/g' <<<"$k")\\fR" hearth-spec.man ||
             grep -qF "\\fB$k" hearth-spec.man || { echo "hearth-spec(5) lacks $k"; return 1; }

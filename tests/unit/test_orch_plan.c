@@ -1,7 +1,9 @@
 /* test_orch_plan.c - plan: every layout rule prunes with its name and reason; the fast
  * resolution (base read once + prepared overrides) equals run_config_parse on random points;
  * `where` sees resolved values; dedup against completed runs, --force and duplicates in one
- * spec; repeat in the counts; cuda ranks from resources; the table and JSON outputs. */
+ * spec; repeat in the counts; cuda ranks from resources; resources.gpu_mem prunes the
+ * layouts whose predicted peak does not fit (rule fits_gpu_mem); the table and JSON
+ * outputs. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +18,7 @@
 #include <jansson.h>
 
 #include "plan.h"
+#include "shape/mem_plan.h"
 #include "shape/run_config.h"
 #include "support/spectest.h"
 #include "support/testutil.h"
@@ -569,6 +572,138 @@ static void test_cuda_ranks_from_resources(void **state)
     spec_free(sp);
 }
 
+/* ---- resources.gpu_mem ------------------------------------------------------------- */
+
+typedef struct {
+    int n;
+    plan_status status[16];
+    char rule[16][64];
+    char reason[16][1024];
+    int tp[16], pp[16];
+    int64_t peak[16];
+} mem_rec;
+
+static int record_mem(void *ctx, const plan_point *p)
+{
+    mem_rec *r = ctx;
+    if (r->n < 16) {
+        r->status[r->n] = p->status;
+        snprintf(r->rule[r->n], sizeof r->rule[0], "%s", p->rule ? p->rule : "");
+        snprintf(r->reason[r->n], sizeof r->reason[0], "%s", p->reason);
+        r->tp[r->n] = p->config->parallel.tp;
+        r->pp[r->n] = p->config->parallel.pp;
+        mem_rank_plan pk;
+        hearth_err err;
+        r->peak[r->n] = p->status == PLAN_PRUNED && strcmp(r->rule[r->n], "fits_gpu_mem")
+                            ? -1
+                        : mem_plan_peak(p->config, &pk, &err) ? -2
+                                                              : pk.total;
+    }
+    r->n++;
+    return 0;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* A cuda sweep over tp x pp on 4 GPUs: with resources.gpu_mem between two of the
+ * layouts' predicted peaks, exactly those above it are pruned by fits_gpu_mem (naming
+ * the rank, its GiB and the limit) and the others kept, the largest per rank among the
+ * pruned.  Device cpu runs are not judged by it. */
+static void test_gpu_mem_prunes(void **state)
+{
+    (void)state;
+    unsigned s = g_seed ^ 0x9e3;
+    int seq = 256 << (rnd(&s) % 3), mb = 1 + (int)(rnd(&s) % 4);
+    const char *model = rnd(&s) % 2 ? g_vlm : g_moe;
+    char text[1024];
+    const char *sweep = "matrix: {parallel.tp: [1, 2, 4], parallel.pp: [1, 2, 4]}\n";
+    snprintf(text, sizeof text,
+             "name: m\nbase: {model: %s, device: cuda, train: {seq_len: %d, micro_batch: %d, "
+             "global_batch: %d}}\nresources: {gpus_per_node: 4, time: '10'}\n%s", model, seq,
+             mb, 4 * mb, sweep);
+    spec *sp = spt_parse_ok(text);
+    mem_rec all = {0};
+    plan_counts c;
+    hearth_err err = {{0}};
+    assert_int_equal(plan_run(sp, NULL, record_mem, &all, &c, &err), 0);
+    spec_free(sp);
+    assert_int_equal(all.n, 9);
+    int64_t sorted[9];
+    int nk = 0, big = -1;
+    for (int i = 0; i < 9; i++) {
+        if (all.status[i] != PLAN_KEPT)
+            continue;
+        assert_true(all.peak[i] > 0);
+        sorted[nk++] = all.peak[i];
+        if (big < 0 || all.peak[i] > all.peak[big])
+            big = i;
+    }
+    assert_true(nk >= 3);
+    qsort(sorted, (size_t)nk, sizeof sorted[0], cmp_i64);
+    /* a limit between two distinct peaks, chosen at random */
+    int cut = 1 + (int)(rnd(&s) % (unsigned)(nk - 1));
+    while (cut < nk && sorted[cut] == sorted[cut - 1])
+        cut++;
+    if (cut == nk)
+        cut = 1;
+    assert_true(sorted[cut] > sorted[cut - 1]);
+    double gib = ((double)sorted[cut - 1] + (double)sorted[cut]) / 2 / (double)(1 << 30);
+
+    snprintf(text, sizeof text,
+             "name: m\nbase: {model: %s, device: cuda, train: {seq_len: %d, micro_batch: %d, "
+             "global_batch: %d}}\nresources: {gpus_per_node: 4, time: '10', gpu_mem: %.17g}\n"
+             "%s", model, seq, mb, 4 * mb, gib, sweep);
+    sp = spt_parse_ok(text);
+    assert_true(sp->resources.gpu_mem == gib);
+    mem_rec lim = {0};
+    assert_int_equal(plan_run(sp, NULL, record_mem, &lim, &c, &err), 0);
+    spec_free(sp);
+    assert_int_equal(lim.n, 9);
+    int pruned = 0, kept = 0;
+    for (int i = 0; i < 9; i++) {
+        if (all.status[i] != PLAN_KEPT) {
+            assert_int_equal(lim.status[i], all.status[i]);   /* other rules as before */
+            continue;
+        }
+        double need = (double)all.peak[i] / (double)(1 << 30);
+        if (all.peak[i] > gib * (double)(1 << 30)) {
+            if (lim.status[i] != PLAN_PRUNED || strcmp(lim.rule[i], "fits_gpu_mem"))
+                fail_msg("tp %d pp %d needs %.6f GiB > %.6f but was not pruned (%s)",
+                         all.tp[i], all.pp[i], need, gib, lim.rule[i]);
+            char want[64];
+            snprintf(want, sizeof want, "needs %.2f GiB", need);
+            assert_non_null(strstr(lim.reason[i], "rank "));
+            assert_non_null(strstr(lim.reason[i], want));
+            assert_non_null(strstr(lim.reason[i], "resources.gpu_mem"));
+            pruned++;
+        } else {
+            if (lim.status[i] != PLAN_KEPT)
+                fail_msg("tp %d pp %d needs %.6f GiB <= %.6f but was %s: %s", all.tp[i],
+                         all.pp[i], need, gib, lim.rule[i], lim.reason[i]);
+            kept++;
+        }
+    }
+    assert_int_equal(pruned, nk - cut);
+    assert_int_equal(kept, cut);
+    assert_int_equal(lim.status[big], PLAN_PRUNED);
+
+    /* device cpu: the limit does not apply */
+    snprintf(text, sizeof text,
+             "name: m\nbase: {model: %s, ranks: 4, train: {seq_len: %d, micro_batch: %d, "
+             "global_batch: %d}}\nresources: {time: '10', gpu_mem: %.17g}\n%s", model, seq,
+             mb, 4 * mb, gib, sweep);
+    sp = spt_parse_ok(text);
+    mem_rec cpu = {0};
+    assert_int_equal(plan_run(sp, NULL, record_mem, &cpu, &c, &err), 0);
+    spec_free(sp);
+    for (int i = 0; i < cpu.n && i < 16; i++)
+        assert_string_not_equal(cpu.rule[i], "fits_gpu_mem");
+}
+
 /* ---- output formats ---------------------------------------------------------------- */
 
 static void test_formats(void **state)
@@ -691,6 +826,7 @@ int main(void)
         cmocka_unit_test(test_where_sees_resolved_values),
         cmocka_unit_test(test_dedup_and_force),
         cmocka_unit_test(test_cuda_ranks_from_resources),
+        cmocka_unit_test(test_gpu_mem_prunes),
         cmocka_unit_test(test_formats),
         cmocka_unit_test(test_plan_errors),
     };

@@ -121,6 +121,7 @@ static void test_full_spec(void **state)
     spec_free(s);
     s = spt_parse_ok("name: x\nresources: {pack: 3, time: '00:10:00'}\n");
     assert_int_equal(s->resources.pack, 3);
+    assert_true(s->resources.gpu_mem == 0);   /* not given: no limit */
     spec_free(s);
 }
 
@@ -209,6 +210,12 @@ static void test_wrong_types(void **state)
     expect_error("name: x\nresources:\n  pack: many\n",
                  "t.yaml:3:9: resources.pack: expected an integer >= 1, got \"many\"");
     expect_error("name: x\nmatrix:\n  resources.pack: [1, 2]\n", "t.yaml:3:3: resources.pack: unknown key in matrix");
+    expect_error("name: x\nresources:\n  gpu_mem: 0\n",
+                 "t.yaml:3:12: resources.gpu_mem: expected a number of GiB > 0, got \"0\"");
+    expect_error("name: x\nresources:\n  gpu_mem: lots\n",
+                 "t.yaml:3:12: resources.gpu_mem: expected a number of GiB > 0, got \"lots\"");
+    expect_error("name: x\nmatrix:\n  resources.gpu_mem: [40, 80]\n",
+                 "t.yaml:3:3: resources.gpu_mem: unknown key in matrix");
     expect_error("name: x\nresources:\n  retry_timeout: 3\n",
                  "t.yaml:3:18: resources.retry_timeout: expected true or false, got \"3\"");
     expect_error("name: x\nresources:\n  setup: echo hi\n",

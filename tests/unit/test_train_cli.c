@@ -80,6 +80,30 @@ static void test_errors(void **state)
     cli_args_free(&a);
 }
 
+/* --plan-memory needs a config (or --set) but no --out, and takes no checkpoint options. */
+static void test_plan_memory(void **state)
+{
+    (void)state;
+    cli_args a;
+    hearth_err err = { { 0 } };
+    assert_int_equal(PARSE(&a, &err, "--plan-memory", "--config", "run.yaml"), 0);
+    assert_true(a.plan_memory);
+    assert_null(a.out_dir);
+    cli_args_free(&a);
+    assert_int_equal(PARSE(&a, &err, "--set", "model=tiny-vlm", "--plan-memory", "--out", "d"),
+                     0);
+    assert_true(a.plan_memory);
+    cli_args_free(&a);
+    expect_error(PARSE(&a, &err, "--plan-memory"), &err, "--config");
+    cli_args_free(&a);
+    expect_error(PARSE(&a, &err, "--plan-memory", "--config", "r", "--resume", "d"), &err,
+                 "--plan-memory: takes only");
+    cli_args_free(&a);
+    expect_error(PARSE(&a, &err, "--plan-memory", "--check-bootstrap"), &err,
+                 "--check-bootstrap");
+    cli_args_free(&a);
+}
+
 static void test_help_version(void **state)
 {
     (void)state;
@@ -99,6 +123,7 @@ int main(void)
         cmocka_unit_test(test_full),
         cmocka_unit_test(test_set_only),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_plan_memory),
         cmocka_unit_test(test_help_version),
     };
     return cmocka_run_group_tests_name("train_cli", tests, NULL, NULL);

@@ -175,7 +175,7 @@ static void test_summary(void **state)
 static const char *const result_keys[] = {
     "config_hash", "steps", "step_ms_median", "step_ms_p10", "step_ms_p90", "tokens_per_s",
     "tokens_per_s_per_gpu", "flops_per_token", "mfu", "peak_mem_bytes", "final_loss",
-    "exit_status", "device", "device_count", "nodes", "versions",
+    "exit_status", "device", "device_count", "nodes", "versions", "memory",
 };
 
 static char *read_all(const char *path)
@@ -227,7 +227,7 @@ static void test_result_file(void **state)
     json_error_t je;
     json_t *o = json_loads(text, 0, &je);
     assert_non_null(o);
-    check_keys(o, result_keys, 16);
+    check_keys(o, result_keys, 17);
     assert_string_equal(json_string_value(json_object_get(o, "config_hash")), r.config_hash);
     assert_int_equal(json_integer_value(json_object_get(o, "steps")), r.num.steps);
     assert_true(json_is_null(json_object_get(o, "mfu")));
@@ -239,6 +239,50 @@ static void test_result_file(void **state)
     assert_true(json_is_null(json_object_get(v, "cuda")));
     assert_true(json_is_null(json_object_get(v, "cublaslt")));
     assert_true(json_is_null(json_object_get(v, "nccl")));
+    assert_true(json_is_null(json_object_get(o, "memory")));   /* no figures given */
+    json_decref(o);
+    free(text);
+
+    /* with figures: the memory object carries them (random, read back exactly) */
+    run_memory mem;
+    memset(&mem, 0, sizeof mem);
+    mem.peak.total = (int64_t)(tu_next(&g_rng) >> 12);
+    mem.peak.rank = (int)(tu_next(&g_rng) % 64);
+    mem.peak.p = (int)(tu_next(&g_rng) % 8);
+    for (int k = 0; k < MEM_CATEGORIES; k++)
+        mem.peak.bytes[k] = (int64_t)(tu_next(&g_rng) >> 20);
+    mem.peak.host_bytes = (int64_t)(tu_next(&g_rng) >> 20);
+    mem.process_predicted = (long long)(tu_next(&g_rng) >> 12);
+    mem.measured_bytes = outputs_peak_mem_bytes();
+    mem.measured_source = "test";
+    r.memory = &mem;
+    assert_int_equal(result_write(dir, &r, &err), 0);
+    text = read_all(path);
+    assert_non_null(text);
+    o = json_loads(text, 0, &je);
+    assert_non_null(o);
+    check_keys(o, result_keys, 17);
+    json_t *mo = json_object_get(o, "memory");
+    assert_true(json_is_object(mo));
+    assert_int_equal(json_object_size(mo), 8);
+    assert_int_equal(json_integer_value(json_object_get(mo, "predicted_peak_bytes")),
+                     mem.peak.total);
+    assert_int_equal(json_integer_value(json_object_get(mo, "predicted_peak_rank")),
+                     mem.peak.rank);
+    assert_int_equal(json_integer_value(json_object_get(mo, "predicted_peak_stage")),
+                     mem.peak.p);
+    assert_int_equal(json_integer_value(json_object_get(mo, "predicted_host_bytes")),
+                     mem.peak.host_bytes);
+    assert_int_equal(json_integer_value(json_object_get(mo, "predicted_process_bytes")),
+                     mem.process_predicted);
+    assert_int_equal(json_integer_value(json_object_get(mo, "measured_peak_bytes")),
+                     mem.measured_bytes);
+    assert_string_equal(json_string_value(json_object_get(mo, "measured_source")), "test");
+    json_t *cat = json_object_get(mo, "predicted_by_category");
+    assert_int_equal(json_object_size(cat), MEM_CATEGORIES);
+    for (int k = 0; k < MEM_CATEGORIES; k++)
+        assert_int_equal(json_integer_value(json_object_get(cat, mem_category_name(
+                             (mem_category)k))), mem.peak.bytes[k]);
     json_decref(o);
     free(text);
 

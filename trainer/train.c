@@ -28,6 +28,7 @@ struct trainer {
     int global_batch, micro_batch, n_micro;
     double weight_decay, grad_clip;
     float aux_coef;
+    int chunks;                      /* parallel.chunks: sequence chunks per micro batch */
     float *adam_m, *adam_v;          /* [param count], zero at start */
     synth_batch *micro;              /* [n_micro], refilled every step */
     int step;                        /* steps completed */
@@ -80,6 +81,7 @@ int trainer_create(trainer **out, const run_config *cfg, hearth_err *err)
     t->n_micro = gb / mb;
     t->weight_decay = cfg->train.weight_decay;
     t->grad_clip = cfg->train.grad_clip;
+    t->chunks = cfg->parallel.chunks;
     t->aux_coef = cfg->model.decoder.moe_experts > 0 ? cfg->model.decoder.moe_aux_coef : 0.0f;
     if ((rc = model_create(&t->m, &cfg->model, cfg->train.seed, err)) ||
         (rc = fp8_plan_install(&t->m, 1, cfg, TRAIN_CPU_DEVICE_NAME, err))) {
@@ -195,7 +197,8 @@ int trainer_step(trainer *t, train_step_stats *st, hearth_err *err)
         vlm_batch b = synth_view(&t->micro[k]);
         model_stats ms;
         memset(&ms, 0, sizeof ms);
-        int rc = model_forward_backward(t->m, &b, loss_scale, aux_scale, &ms, err);
+        int rc = model_forward_backward_chunks(t->m, &b, t->chunks, loss_scale,
+                                               aux_scale, &ms, err);
         if (rc)
             return herr_prefix(err, rc, "micro batch %d", k);
         if (ms.n_targets != t->micro[k].n_targets)

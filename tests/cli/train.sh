@@ -114,7 +114,7 @@ bad_config() {
     grep -Eq -- "$2" "$tmp/$1-out/train.log" || { echo "train.log lacks /$2/"; return 1; }
 }
 
-tap_plan 21
+tap_plan 23
 
 run good --config "$tmp/good.yaml" --out "$tmp/good-out"
 tap_check "good run: exit 0, metrics.jsonl (5 lines, all keys), result.json (all keys), logs" good_run
@@ -180,6 +180,27 @@ run cpfullsep --config "$tmp/good.yaml" --set ranks=2 --set parallel.cp=2 \
     --out "$tmp/cpfullsep-out"
 tap_check "full_separation with cp 2: exit 2, names the rule, only the log" bad_config \
     cpfullsep "full_separation_no_cp"
+
+# Sequence chunks: 4 chunks per micro batch through a 2-stage pipeline; the first step
+# (before any update) has the unchunked single-rank loss up to fp32 reordering.
+run chunks --config "$tmp/good.yaml" --set ranks=2 --set parallel.pp=2 \
+    --set parallel.chunks=4 --out "$tmp/chunks-out"
+step1_loss() { head -1 "$1" | grep -o '"loss":[^,]*' | cut -d: -f2; }
+chunks_run() {
+    expect_rc chunks 0 && result_ok "$tmp/chunks-out/result.json" done &&
+        metrics_ok "$tmp/chunks-out/metrics.jsonl" 5 || return 1
+    local a b
+    a=$(step1_loss "$tmp/good-out/metrics.jsonl")
+    b=$(step1_loss "$tmp/chunks-out/metrics.jsonl")
+    awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 1e-6 * a) }' ||
+        { echo "step 1 loss $b, unchunked $a"; return 1; }
+}
+tap_check "sequence chunks (4, pp 2): runs to done, step 1 loss = unchunked" chunks_run
+
+run chunkscp --config "$tmp/good.yaml" --set ranks=2 --set parallel.cp=2 \
+    --set parallel.chunks=2 --out "$tmp/chunkscp-out"
+tap_check "sequence chunks with cp 2: exit 2, names the rule, only the log" bad_config \
+    chunkscp "chunks_no_cp"
 
 run badlayout --config "$tmp/good.yaml" --set ranks=3 --set parallel.tp=3 --out "$tmp/badlayout-out"
 tap_check "impossible layout: exit 2, names the rule, only the log" bad_config badlayout \

@@ -77,6 +77,13 @@ static const rule_case cases[] = {
       "--set train.seq_len" },
     { "seq_len_divisible_by_tp_for_sp", "model: tiny-vlm\n", { "ranks=2", "parallel.tp=2", "parallel.sp=true",
       "train.seq_len=255" }, "--set train.seq_len" },
+    { "seq_len_divisible_by_chunks", "model: tiny-vlm\n", { "train.seq_len=254", "parallel.chunks=4" },
+      "--set train.seq_len" },
+    { "chunk_divisible_by_tp_for_sp", "model: tiny-vlm\n", { "ranks=2", "parallel.tp=2", "parallel.sp=true",
+      "train.seq_len=36", "parallel.chunks=4" }, "--set train.seq_len" },
+    { "chunks_no_cp", "model: tiny-vlm\n", { "ranks=2", "parallel.cp=2", "parallel.chunks=2" },
+      "--set parallel.chunks" },
+    { "chunks_no_moe_aux", "model: tiny-vlm-moe\n", { "parallel.chunks=2" }, "--set parallel.chunks" },
     { "seq_len_within_max_positions", "model: gpt2-124m\n", { "train.seq_len=2048" }, "--set train.seq_len" },
     { "fp8_policy_for_selective", "model: tiny-vlm\ndevice: cuda\nprecision: {fp8: selective}\n", { 0 },
       "run.yaml:3:18: precision.fp8" },
@@ -133,6 +140,17 @@ static void test_check_struct(void **state)
     assert_string_equal(err.msg, "rule experts_divisible_by_ep: moe.experts 7 must be "
                         "divisible by ep 2");
     assert_string_equal(encoder_strategy_name(ENC_HETERO_DP), "hetero_dp");
+}
+
+/* Sequence chunks with MoE are accepted once the aux loss is off (chunks_no_moe_aux). */
+static void test_chunks_moe_without_aux(void **state)
+{
+    (void)state;
+    run_config c;
+    hearth_err err = { { 0 } };
+    const char *sets[] = { "parallel.chunks=2", "model.decoder.moe.aux_coef=0", NULL };
+    assert_int_equal(parse(&c, "model: tiny-vlm-moe\n", sets, &err), 0);
+    assert_int_equal(c.parallel.chunks, 2);
 }
 
 /* Random layouts of tiny-vlm-moe against the rules written out here. */
@@ -255,6 +273,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_each_rule),
         cmocka_unit_test(test_check_struct),
+        cmocka_unit_test(test_chunks_moe_without_aux),
         cmocka_unit_test(test_random_layouts),
         cmocka_unit_test(test_promised_layouts),
     };

@@ -2,14 +2,15 @@
  * trainer allocates.
  *
  * Random layouts of tiny-vlm / tiny-vlm-moe (tp, pp, vpp, dp, ep, sp, encoder strategy,
- * offload, balance, distributed optimizer, a2a overlap, recompute, freezing, micro batch
- * and batch size) run one step on their ranks as threads (ptrain_create on the local
- * communicator, as hearth-train does); each rank's allocations are then read back and
- * compared with mem_plan_rank for that rank:
+ * offload, balance, distributed optimizer, a2a overlap, recompute, sequence chunks,
+ * freezing, micro batch and batch size) run one step on their ranks as threads
+ * (ptrain_create on the local communicator, as hearth-train does); each rank's
+ * allocations are then read back and compared with mem_plan_rank for that rank:
  *   exact   parameters and gradients (model_param_count of every chunk), the optimizer
  *           state (param_sync_state_at: AdamW m and v), the optimizer's flat buckets and
  *           gradient-sum buffers (param_sync_internal.h), the number of decoder
- *           activation slots (clones) the pipeline made;
+ *           activation slots (clones) the pipeline made, the key/value caches of
+ *           sequence chunks (model_chunk_cache_bytes);
  *   arenas  the block activation arenas of every decoder slot and encoder slot
  *           (model_stack_activation_bytes): exact when every sequence has the same images
  *           and the ViT balance is off (then the patches each encode sees are known);
@@ -42,7 +43,7 @@
 #define MAX_WORLD 8
 
 typedef struct {
-    int64_t params, opt, flat, sums, arena, dec_arena;
+    int64_t params, opt, flat, sums, arena, dec_arena, cache;
     int slots, enc_slots;
 } measured;
 
@@ -69,6 +70,7 @@ static int rank_fn(void *vctx, int rank, comm *world, hearth_err *err)
     memset(m, 0, sizeof *m);
     for (int v = 0; v < t->vpp; v++) {
         m->params += (int64_t)model_param_count(t->chunk[v]);
+        m->cache += (int64_t)model_chunk_cache_bytes(t->chunk[v]);
         m->slots += t->n_slots[v];
         for (int i = 0; i < t->n_slots[v]; i++)
             m->dec_arena += (int64_t)model_stack_activation_bytes(t->slots[v][i].m);
@@ -107,7 +109,7 @@ static const char *base_yaml =
  * the balance is off, so the encoder arenas are known exactly. */
 static int random_layout(tu_rng *r, run_config *c, int *exact, char desc[512])
 {
-    static char kv[24][64];
+    static char kv[28][64];
     int n = 0;
 #define KV(...) snprintf(kv[n++], sizeof kv[0], __VA_ARGS__)
     int moe = tu_next(r) % 2;
@@ -138,6 +140,12 @@ static int random_layout(tu_rng *r, run_config *c, int *exact, char desc[512])
     KV("parallel.distributed_optimizer=%s", tu_next(r) % 2 ? "true" : "false");
     KV("parallel.a2a_overlap=%s", moe && tu_next(r) % 2 ? "true" : "false");
     KV("train.recompute=%s", rec[tu_next(r) % 3]);
+    /* sequence chunks (seq_len 64; a chunk's tokens split over tp under sp); MoE only
+     * without its aux loss (rule chunks_no_moe_aux) */
+    int chunks = tu_next(r) % 2 ? 1 << (tu_next(r) % 3) : 1;
+    KV("parallel.chunks=%d", chunks);
+    if (moe && chunks > 1)
+        KV("model.decoder.moe.aux_coef=0");
     KV("train.micro_batch=%d", mb);
     KV("train.global_batch=%d", mb * dp * mlocal);
     KV("model.encoder.freeze=%s", tu_next(r) % 3 == 0 ? "true" : "false");
@@ -161,7 +169,7 @@ static int random_layout(tu_rng *r, run_config *c, int *exact, char desc[512])
         strncat(desc, kv[i], 511 - strlen(desc));
         strncat(desc, " ", 511 - strlen(desc));
     }
-    const char *ptrs[24];
+    const char *ptrs[28];
     for (int i = 0; i < n; i++)
         ptrs[i] = kv[i];
     runcfg_list l;
@@ -198,6 +206,9 @@ static void check_case(run_ctx *ctx, int exact, const char *desc)
             fail_msg("rank %d opt_buffers: plan %lld B, trainer flat %lld sums %lld (%s)", r,
                      (long long)p.bytes[MEM_OPT_BUFFERS], (long long)m->flat,
                      (long long)m->sums, desc);
+        if (4 * p.chunk_cache_floats != m->cache)
+            fail_msg("rank %d chunk key/value cache: plan %lld B, trainer %lld B (%s)", r,
+                     (long long)(4 * p.chunk_cache_floats), (long long)m->cache, desc);
         if (p.slots != m->slots)
             fail_msg("rank %d activation slots: plan %d, trainer %d (%s)", r, p.slots,
                      m->slots, desc);

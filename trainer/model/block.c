@@ -449,6 +449,9 @@ static int attn_forward(stack *st, block *b, const float *x, const stack_ctx *ct
     if (st->cp_comm)
         rc = cp_attention_forward(st->cp_comm, sc->ring, b->att, b->lse, b->q, b->k, b->v, cu,
                                   nseq, ctx->cp_pos, N, c->Hq, c->Hkv, c->D, err);
+    else if (ctx->cc)
+        chunk_attention_forward(ctx->cc, (int)(b - st->layers), ctx->chunk, b->att, b->lse,
+                                b->q, b->k, b->v, cu, nseq, N, c->Hq, c->Hkv, c->D, c->causal);
     else
         kcpu_attention_forward(b->att, b->lse, b->q, b->k, b->v, cu, nseq, c->Hq, c->Hkv,
                                c->D, c->causal);
@@ -545,7 +548,7 @@ static int check_ctx(const stack *st, const stack_ctx *ctx, hearth_err *err)
 {
     if (ctx->N > st->cap || ctx->N_local != local_tokens(st, ctx->N) ||
         (sp_on(st) && ctx->N % st->c.tp) || (st->cp_comm && !ctx->cp_pos) ||
-        (st->cp_comm && st->c.D > KCPU_ATTENTION_BLOCK_MAX_D))
+        ((st->cp_comm || ctx->cc) && st->c.D > KCPU_ATTENTION_BLOCK_MAX_D))
         return herr_set(err, HERR_RUNTIME, "model: stack called with %d tokens (%d local) "
                         "but reserved for %d, tp %d, sp %d", ctx->N, ctx->N_local, st->cap,
                         st->c.tp, st->sp);
@@ -712,7 +715,11 @@ static int attn_backward(stack *st, block *b, const float *x, const stack_ctx *c
                                     b->q, b->k, b->v, b->att, b->lse, cu, nseq, ctx->cp_pos,
                                     N, c->Hq, c->Hkv, c->D, err)))
         return rc;
-    if (!st->cp_comm)
+    if (!st->cp_comm && ctx->cc)
+        chunk_attention_backward(ctx->cc, (int)(b - st->layers), ctx->chunk, sc->dq, sc->dk,
+                                 sc->dv, sc->datt, b->q, b->k, b->v, b->att, b->lse, cu, nseq,
+                                 N, c->Hq, c->Hkv, c->D, c->causal);
+    else if (!st->cp_comm)
         kcpu_attention_backward(sc->dq, sc->dk, sc->dv, sc->datt, b->q, b->k, b->v, b->att,
                                 b->lse, cu, nseq, c->Hq, c->Hkv, c->D, c->causal);
     if (c->rope) {

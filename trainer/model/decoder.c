@@ -17,7 +17,11 @@
  * - Context parallelism (cp > 1): this rank's N tokens are chunks c and 2 cp - 1 - c of
  *   every sequence (lrow maps them to rows of the micro batch); positions are computed
  *   for the whole micro batch and the local rows taken; the embedding, image rows, head
- *   and loss see local tokens only; loss and target counts are summed over cp. */
+ *   and loss see local tokens only; loss and target counts are summed over cp.
+ * - Sequence chunks (seq_chunks K > 1, docs/parallel/chunks.md): the object's tokens are
+ *   chunk j of every sequence (lrow maps them, as under cp); positions of the whole micro
+ *   batch, local rows taken; attention reads and fills the owner's key/value cache
+ *   (chunk_attn.c), which begin of chunk 0 sizes. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +46,7 @@ static void take(decoder_part *d, farena *fa, iarena *ia, int N, int Nf, int chu
     d->imgk = ia_take(ia, n);
     d->lrow = ia_take(ia, n);
     d->cp_pos = d->cp > 1 ? ia_take(ia, (size_t)d->cp * n) : NULL;
+    int sliced = d->cp > 1 || d->seq_chunks > 1;   /* local rows are not the micro batch */
     d->cu = ia_take(ia, n + 1);
     d->pos3 = ia_take(ia, 3 * nf);
     d->pos1 = ia_take(ia, nf);
@@ -49,8 +54,8 @@ static void take(decoder_part *d, farena *fa, iarena *ia, int N, int Nf, int chu
     d->tchunk = ia_take(ia, ch);
     d->cos = fa_take(fa, nf * (c->D / 2));
     d->sin = fa_take(fa, nf * (c->D / 2));
-    d->cosl = d->cp > 1 ? fa_take(fa, n * (c->D / 2)) : d->cos;
-    d->sinl = d->cp > 1 ? fa_take(fa, n * (c->D / 2)) : d->sin;
+    d->cosl = sliced ? fa_take(fa, n * (c->D / 2)) : d->cos;
+    d->sinl = sliced ? fa_take(fa, n * (c->D / 2)) : d->sin;
     d->xg = d->tp > 1 ? fa_take(fa, n * c->H) : NULL;
     if (!d->has_head) {
         d->hl = d->hf = d->meanf = d->rstdf = d->dhf = d->dhl = NULL;
@@ -76,7 +81,9 @@ static int reserve(decoder_part *d, int N, int Nf, hearth_err *err)
     int rc = stack_reserve(&d->st, N, err);
     if (rc)
         return rc;
-    if (Nf <= d->cap_tokens && d->fbuf)   /* N = Nf / cp, cp fixed */
+    /* N = Nf / cp / chunks; the local RoPE rows are separate buffers only when sliced */
+    int sliced = d->cp > 1 || d->seq_chunks > 1;
+    if (Nf <= d->cap_tokens && N <= d->cap_local && d->fbuf && (d->cosl != d->cos) == sliced)
         return 0;
     /* The same chunk on every tp rank (the cross-entropy's collectives run per chunk):
      * sized for the largest vocabulary slice. */
@@ -110,6 +117,7 @@ static int reserve(decoder_part *d, int N, int Nf, hearth_err *err)
     ia.used = 0;
     take(d, &fa, &ia, N, Nf, chunk);
     d->cap_tokens = Nf;
+    d->cap_local = N;
     d->cap_chunk = chunk;
     return 0;
 }
@@ -119,6 +127,13 @@ static int reserve(decoder_part *d, int N, int Nf, hearth_err *err)
 static void cp_layout(decoder_part *d, int n_seq, int S)
 {
     int cp = d->cp > 1 ? d->cp : 1, Lc = S / cp, C = S / (2 * cp), N = n_seq * Lc;
+    int K = d->seq_chunks > 1 ? d->seq_chunks : 1;
+    if (K > 1) {   /* chunk j of every sequence; every chunk's positions for the cache */
+        int Cs = S / K, Nc = n_seq * Cs;
+        for (int i = 0; i < Nc; i++)
+            d->lrow[i] = i / Cs * S + d->seq_chunk * Cs + i % Cs;
+        return;
+    }
     if (cp == 1) {
         for (int i = 0; i < N; i++)
             d->lrow[i] = i;
@@ -175,7 +190,7 @@ static int take_ids(model *m, const vlm_batch *b, int Nf, hearth_err *err)
 static void positions_local(decoder_part *d)
 {
     size_t w = (size_t)d->st.c.D / 2;
-    if (d->cp <= 1)
+    if (d->cp <= 1 && d->seq_chunks <= 1)
         return;
     for (int i = 0; i < d->n_tokens; i++) {
         memcpy(d->cosl + i * w, d->cos + (size_t)d->lrow[i] * w, w * sizeof(float));
@@ -257,6 +272,59 @@ static int embed_forward(decoder_part *d, const float *img, hearth_err *err)
     return 0;
 }
 
+int model_stage_set_chunk(model *m, int chunk, int n_chunks, hearth_err *err)
+{
+    if (n_chunks < 1 || chunk < 0 || chunk >= n_chunks)
+        return herr_set(err, HERR_RUNTIME, "model: chunk %d of %d", chunk, n_chunks);
+    if (n_chunks > 1 && m->dec.cp > 1)
+        return herr_set(err, HERR_CONFIG, "model: sequence chunks (%d) do not combine with "
+                        "context parallelism (cp %d)", n_chunks, m->dec.cp);
+    m->dec.seq_chunk = chunk;
+    m->dec.seq_chunks = n_chunks;
+    return 0;
+}
+
+/* The owner's key/value cache for the chunks of this micro batch: chunk 0 sizes it and
+ * fills every chunk's positions; a later chunk checks it was sized for its micro batch
+ * (its chunk 0 began on an object of the same owner). */
+static int chunk_cache_begin(model *m, int n_seq, int S, hearth_err *err)
+{
+    decoder_part *d = &m->dec;
+    chunk_cache *cc = &(m->owner ? m->owner : m)->dec.cc;
+    int K = d->seq_chunks, C = S / K, Nc = n_seq * C, L = d->st.L, KD = d->st.c.KD;
+    if (d->seq_chunk > 0) {
+        if (cc->K != K || cc->Nc != Nc || cc->L != L || cc->KD != KD || !cc->pos)
+            return herr_set(err, HERR_RUNTIME, "decoder: chunk %d of a micro batch whose "
+                            "chunk 0 did not run on this stage", d->seq_chunk);
+        return 0;
+    }
+    size_t need = (size_t)L * 4 * (size_t)(K - 1) * (size_t)Nc * (size_t)KD;
+    size_t npos = (size_t)K * (size_t)Nc;
+    if (need > cc->cap) {
+        float *nb = realloc(cc->buf, need * sizeof(float));
+        if (!nb)
+            return herr_set(err, HERR_NOMEM, "decoder: out of memory for the key/value "
+                            "cache of %d chunks", K);
+        cc->buf = nb;
+        cc->cap = need;
+    }
+    if (npos > cc->cap_pos) {
+        int *np = realloc(cc->pos, npos * sizeof(int));
+        if (!np)
+            return herr_set(err, HERR_NOMEM, "decoder: out of memory for chunk positions");
+        cc->pos = np;
+        cc->cap_pos = npos;
+    }
+    cc->K = K;
+    cc->Nc = Nc;
+    cc->L = L;
+    cc->KD = KD;
+    for (int j = 0; j < K; j++)
+        for (int i = 0; i < Nc; i++)
+            cc->pos[(size_t)j * Nc + i] = j * C + i % C;
+    return 0;
+}
+
 int model_stage_forward_begin(model *m, const vlm_batch *b, const float *img, int n_img_rows,
                               const float *x_in, hearth_err *err)
 {
@@ -275,7 +343,11 @@ int model_stage_forward_begin(model *m, const vlm_batch *b, const float *img, in
     if (d->cp > 1 && S % (2 * d->cp))
         return herr_set(err, HERR_RUNTIME, "decoder: context parallelism needs seq_len %d "
                         "divisible by 2 x cp = %d", S, 2 * d->cp);
-    int N = d->cp > 1 ? Nf / d->cp : Nf;   /* this rank's tokens */
+    int K = d->seq_chunks > 1 ? d->seq_chunks : 1;
+    if (K > 1 && (S % K || d->cp > 1 || d->seq_chunk < 0 || d->seq_chunk >= K))
+        return herr_set(err, HERR_RUNTIME, "decoder: chunk %d of %d needs seq_len %d "
+                        "divisible by the chunks and cp 1 (cp %d)", d->seq_chunk, K, S, d->cp);
+    int N = d->cp > 1 ? Nf / d->cp : Nf / K;   /* this rank's (chunk's) tokens */
     if (d->sp && N % d->tp)
         return herr_set(err, HERR_RUNTIME, "decoder: sequence parallel needs the %d tokens "
                         "of a micro batch (on this cp rank) to be divisible by tp %d", N,
@@ -288,6 +360,8 @@ int model_stage_forward_begin(model *m, const vlm_batch *b, const float *img, in
         return rc;
     d->n_tokens = N;
     cp_layout(d, b->n_seq, S);
+    if (K > 1 && (rc = chunk_cache_begin(m, b->n_seq, S, err)))
+        return rc;
     int n_img = take_ids(m, b, Nf, err);
     if (n_img < 0)
         return n_img;
@@ -323,6 +397,8 @@ int model_stage_forward_begin(model *m, const vlm_batch *b, const float *img, in
         .N = N, .N_local = d->n_local, .cos = c->rope ? d->cosl : NULL,
         .sin = c->rope ? d->sinl : NULL, .cu = d->cu, .nseq = b->n_seq, .cu_full = d->cu,
         .nseq_full = b->n_seq, .cp_pos = d->cp_pos,
+        .cc = K > 1 ? &(m->owner ? m->owner : m)->dec.cc : NULL,
+        .chunk = K > 1 ? d->seq_chunk : 0,
     };
     d->begun = 1;
     return 0;
@@ -439,7 +515,8 @@ const float *model_stage_input_grad(const model *m, size_t *n_floats)
 int model_local_tokens(const model *m, int n_tokens)
 {
     const decoder_part *d = &m->dec;
-    int n = d->cp > 1 ? n_tokens / d->cp : n_tokens;
+    int K = d->seq_chunks > 1 ? d->seq_chunks : 1;
+    int n = d->cp > 1 ? n_tokens / d->cp : n_tokens / K;
     return d->sp ? n / d->tp : n;
 }
 
@@ -464,6 +541,10 @@ static int embed_backward(decoder_part *d, float *img_grad, hearth_err *err)
     /* Under cp the image rows at other ranks' tokens get zeros: the encoder gradient is
      * then this rank's share, summed with the other cp ranks' in the gradient reduction. */
     if (img_grad && d->cp > 1 && d->n_img > 0)
+        memset(img_grad, 0, (size_t)d->n_img * H * sizeof(float));
+    /* Chunks: each writes the rows at its tokens; the first backward (chunk K-1) clears
+     * the rest, so after chunk 0 every row is written once. */
+    if (img_grad && d->ctx.cc && d->ctx.chunk == d->ctx.cc->K - 1 && d->n_img > 0)
         memset(img_grad, 0, (size_t)d->n_img * H * sizeof(float));
     for (int i = 0; img_grad && i < N; i++)
         if (d->imgk[i] >= 0)

@@ -16,6 +16,7 @@
  *                stack, final norm (model_stage_* of model_par.h)
  *   head.c       the vocabulary-parallel LM head and cross-entropy
  *   cp_attn.c    attention under context parallelism (the key/value ring)
+ *   chunk_attn.c attention of one sequence chunk against the cached earlier chunks
  *   positions.c  mRoPE positions, the ViT window index
  */
 #ifndef HEARTH_MODEL_INTERNAL_H
@@ -167,6 +168,44 @@ typedef struct {
     size_t fbuf_floats;             /* size of fbuf (the activation arena) */
 } stack;
 
+/* Sequence chunks (parallel.chunks, docs/parallel/chunks.md): the per-layer key/value
+ * cache of the micro batch in flight, owned by the decoder part of the model that owns
+ * the parameters (clones, which run the other chunks, borrow it).  Chunk j (0 <= j < K)
+ * holds C = seq_len / K tokens of every sequence, Nc = n_seq C in all, sequence by
+ * sequence.  Slots 0 .. K-2 (the last chunk's keys are never read by a later one):
+ *   k, v     written by chunk j's attention forward, read by chunks > j;
+ *   dk, dv   zeroed by chunk K-1's attention backward, accumulated by chunks > j,
+ *            added to chunk j's own dk, dv when its backward reaches the layer. */
+typedef struct {
+    int K, Nc, L, KD;               /* what buf is laid out for */
+    float *buf;                     /* [L][4][K - 1][Nc KD]: k, v, dk, dv */
+    size_t cap;                     /* floats in buf */
+    int *pos;                       /* [K][Nc]: position in its sequence of every token
+                                       of every chunk */
+    size_t cap_pos;
+} chunk_cache;
+
+/* Slot i of array w (0 k, 1 v, 2 dk, 3 dv) of layer l. */
+static inline float *chunk_cache_at(const chunk_cache *cc, int l, int w, int i)
+{
+    return cc->buf + (((size_t)l * 4 + (size_t)w) * (size_t)(cc->K - 1) + (size_t)i) *
+                         (size_t)cc->Nc * (size_t)cc->KD;
+}
+
+/* Attention of chunk j (chunk_attn.c) of layer l: its N queries against the cached keys
+ * of chunks 0 .. j-1 and its own (causal within the chunk), keys of slot j stored for
+ * the later chunks (forward: att, lse overwritten); backward (chunks in reverse order):
+ * dq, dk, dv accumulated, the cached keys' gradients into their slots, slot j's added to
+ * dk, dv.  D <= KCPU_ATTENTION_BLOCK_MAX_D. */
+void chunk_attention_forward(const chunk_cache *cc, int l, int j, float *att, float *lse,
+                             const float *q, const float *k, const float *v, const int *cu,
+                             int nseq, int N, int Hq, int Hkv, int D, int causal);
+void chunk_attention_backward(const chunk_cache *cc, int l, int j, float *dq, float *dk,
+                              float *dv, const float *datt, const float *q, const float *k,
+                              const float *v, const float *att, const float *lse,
+                              const int *cu, int nseq, int N, int Hq, int Hkv, int D,
+                              int causal);
+
 /* Per-call context: sequences and RoPE tables for this batch. */
 typedef struct {
     int N;                          /* tokens of the micro batch (attention sees all) */
@@ -181,6 +220,9 @@ typedef struct {
                                        sequence of every local token of every cp rank
                                        (all ranks hold N tokens, sequences at cu); NULL
                                        when the stack is not split by cp */
+    const chunk_cache *cc;          /* sequence chunks: the micro batch's cache, NULL when
+                                       the micro batch is not chunked (cc->K == 1) */
+    int chunk;                      /* this call's chunk (cc != NULL) */
 } stack_ctx;
 
 /* Attention of the N local queries against the keys of every rank of the cp group
@@ -356,6 +398,10 @@ typedef struct {
     int n_full, n_img;              /* tokens and image tokens of the whole micro batch */
     int seq_len, n_targets, n_chunks;   /* n_targets: of this rank's N tokens */
     int n_targets_all;              /* of the whole micro batch (summed over cp) */
+    int seq_chunk, seq_chunks;      /* sequence chunks: this object's chunk of the next
+                                       micro batch (model_stage_set_chunk), K */
+    int cap_local;                  /* N the buffers are sized for (with cap_tokens) */
+    chunk_cache cc;                 /* the owner's: the chunks' key/value cache */
     stack_ctx ctx;
     int *ids;                       /* [N] token ids, -1 at image tokens */
     int *tgt;                       /* [N] targets */
@@ -394,6 +440,9 @@ struct model {
     int *pin_route;                 /* model_pin_routing: expert indices, or NULL */
     size_t n_pin;
     struct fp8_model *fp8;          /* model_set_fp8 (fp8_model.c); NULL = no FP8 */
+    model **chunk_objs;             /* model_forward_backward_chunks: clones running
+                                       chunks 1 .. n_chunk_objs (owned) */
+    int n_chunk_objs;
 };
 
 /* Encoder + projector forward of n_images images into m->img_feat (m->enc.n_units rows,

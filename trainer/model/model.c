@@ -286,6 +286,11 @@ void model_free(model *m)
     free(m->img_feat);
     free(m->dimg_feat);
     free(m->pin_route);
+    for (int i = 0; i < m->n_chunk_objs; i++)
+        model_free(m->chunk_objs[i]);
+    free(m->chunk_objs);
+    free(m->dec.cc.buf);
+    free(m->dec.cc.pos);
     fp8_model_free(m);
     if (!m->owner) {
         free(m->tensors);
@@ -337,6 +342,11 @@ size_t model_last_routing(const model *m, int *out, size_t cap)
 size_t model_stack_activation_bytes(const model *m)
 {
     return (m->enc.st.fbuf_floats + m->dec.st.fbuf_floats) * sizeof(float);
+}
+
+size_t model_chunk_cache_bytes(const model *m)
+{
+    return m->dec.cc.cap * sizeof(float);
 }
 
 const float *model_last_hidden(const model *m, int *n_tokens, int *hidden)
@@ -395,6 +405,8 @@ static int run(model *m, const vlm_batch *b, int train, float loss_scale, float 
                         "has no vision encoder", b->n_images);
 
     int images = m->enc.present && b->n_images > 0, n_units = 0, rc;
+    m->dec.seq_chunk = 0;   /* the whole micro batch at once */
+    m->dec.seq_chunks = 1;
     double t0 = now_ms();
     m->enc.n_units = 0;
     if (images && (rc = model_encode_forward(m, b->n_images, b->grid_thw, b->pixels, err)))
@@ -428,4 +440,80 @@ int model_forward_backward(model *m, const vlm_batch *b, float loss_scale, float
 int model_forward(model *m, const vlm_batch *b, model_stats *stats, hearth_err *err)
 {
     return run(m, b, 0, 0.0f, 0.0f, stats, err);
+}
+
+/* The objects running chunks 0 .. K-1: m and K-1 clones kept in m. */
+static int chunk_objects(model *m, int K, hearth_err *err)
+{
+    if (m->n_chunk_objs >= K - 1)
+        return 0;
+    model **a = realloc(m->chunk_objs, (size_t)(K - 1) * sizeof *a);
+    if (!a)
+        return herr_set(err, HERR_NOMEM, "model: out of memory for %d chunks", K);
+    m->chunk_objs = a;
+    while (m->n_chunk_objs < K - 1) {
+        int rc = model_clone(&a[m->n_chunk_objs], m, err);
+        if (rc)
+            return herr_prefix(err, rc, "model: chunk %d", m->n_chunk_objs + 1);
+        m->n_chunk_objs++;
+    }
+    return 0;
+}
+
+int model_forward_backward_chunks(model *m, const vlm_batch *b, int K, float loss_scale,
+                                  float aux_scale, model_stats *stats, hearth_err *err)
+{
+    if (K <= 1)
+        return model_forward_backward(m, b, loss_scale, aux_scale, stats, err);
+    model_stats st;
+    memset(&st, 0, sizeof st);
+    if (stats)
+        memset(stats, 0, sizeof *stats);
+    if (!b || b->n_seq < 1 || b->seq_len < 1 || !b->tokens || !b->targets)
+        return herr_set(err, HERR_RUNTIME, "model: empty batch");
+    if (b->seq_len % K)
+        return herr_set(err, HERR_RUNTIME, "model: seq_len %d is not divisible by %d chunks",
+                        b->seq_len, K);
+    if (b->n_images < 0 || (b->n_images > 0 && (!b->grid_thw || !b->pixels)))
+        return herr_set(err, HERR_RUNTIME, "model: batch has %d images but no grids or "
+                        "pixels", b->n_images);
+    if (b->n_images > 0 && !m->enc.present)
+        return herr_set(err, HERR_RUNTIME, "model: the batch has %d images but the model "
+                        "has no vision encoder", b->n_images);
+    int rc = chunk_objects(m, K, err);
+    if (rc)
+        return rc;
+    int images = m->enc.present && b->n_images > 0, n_units = 0;
+    double t0 = now_ms();
+    m->enc.n_units = 0;
+    if (images && (rc = model_encode_forward(m, b->n_images, b->grid_thw, b->pixels, err)))
+        return rc;
+    const float *img = images ? model_img_feat(m, &n_units) : NULL;
+    double t1 = now_ms();
+    for (int j = 0; j < K; j++) {
+        model *o = j ? m->chunk_objs[j - 1] : m;
+        model_stats cs;
+        if ((rc = model_stage_set_chunk(o, j, K, err)) ||
+            (rc = model_stage_forward(o, b, img, n_units, NULL, &cs, err)))
+            return herr_prefix(err, rc, "chunk %d", j);
+        st.loss_sum += cs.loss_sum;
+        st.n_targets += cs.n_targets;
+        st.aux_loss += cs.aux_loss;
+    }
+    int back = !m->shape.decoder.s.freeze || images;
+    for (int j = K - 1; back && j >= 0; j--) {
+        model *o = j ? m->chunk_objs[j - 1] : m;
+        if ((rc = model_stage_backward(o, NULL, loss_scale, aux_scale,
+                                       images ? model_img_grad(m) : NULL, err)))
+            return herr_prefix(err, rc, "chunk %d backward", j);
+    }
+    double t2 = now_ms();
+    if (images && (rc = model_encode_backward(m, err)))
+        return rc;
+    double t3 = now_ms();
+    st.encoder_ms = (t1 - t0) + (t3 - t2);
+    st.decoder_ms = t2 - t1;
+    if (stats)
+        *stats = st;
+    return 0;
 }

@@ -122,6 +122,15 @@ void model_zero_grad(model *m);
 int model_forward_backward(model *m, const vlm_batch *b, float loss_scale, float aux_scale,
                            model_stats *stats, hearth_err *err);
 
+/* model_forward_backward with every sequence cut into K chunks of seq_len / K tokens run
+ * one after the other (parallel.chunks, docs/parallel/chunks.md): the encoder once, the
+ * chunks' forwards 0 .. K-1, their backwards K-1 .. 0, the encoder backward.  The same
+ * loss and gradients as K = 1 up to fp32 reordering; activations are kept per chunk, plus
+ * the key/value cache.  The K - 1 clones running chunks 1 .. K-1 are kept in m (freed with
+ * it).  K <= 1 is model_forward_backward. */
+int model_forward_backward_chunks(model *m, const vlm_batch *b, int K, float loss_scale,
+                                  float aux_scale, model_stats *stats, hearth_err *err);
+
 /* Forward only (no gradients touched).
  * Both functions OVERWRITE *stats (which may be NULL) with this micro batch's numbers. */
 int model_forward(model *m, const vlm_batch *b, model_stats *stats, hearth_err *err);
@@ -135,6 +144,9 @@ size_t model_last_routing(const model *m, int *out, size_t cap);
 /* Bytes of the encoder's and decoder's block activation arenas as last reserved (what
  * train.recompute / model.*.recompute shrink): for tests and memory reports. */
 size_t model_stack_activation_bytes(const model *m);
+/* Bytes of the key/value cache of sequence chunks (parallel.chunks) this model owns (0
+ * for a clone, which borrows its owner's, and without chunks). */
+size_t model_chunk_cache_bytes(const model *m);
 
 /* The decoder's final-norm output of the last forward, [*n_tokens, *hidden] row-major
  * (every position, image tokens included; under context parallelism this rank's

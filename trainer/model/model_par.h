@@ -133,6 +133,18 @@ int model_encode_backward(model *m, hearth_err *err);
  * object; use clones for more). */
 int model_stage_forward(model *m, const vlm_batch *b, const float *img, int n_img_rows,
                         const float *x_in, model_stats *stats, hearth_err *err);
+/* Sequence chunks (parallel.chunks, docs/parallel/chunks.md): the next stage forward on
+ * this object runs chunk `chunk` (of n_chunks K) of every sequence: seq_len / K tokens
+ * per sequence (the stage activations, model_local_tokens, are per chunk).  The chunks
+ * of one micro batch run on distinct objects of one owner (the model and its clones) in
+ * the order 0 .. K-1 forward and K-1 .. 0 backward, with no other micro batch's chunk on
+ * these objects in between: attention keeps the earlier chunks' keys and values, and
+ * their gradients, in a per-layer cache held by the owner (one micro batch in flight per
+ * owner).  The embedding stage takes every image row of the micro batch, as under cp;
+ * its backward writes the rows at the chunk's tokens, and chunk K-1's (the first) zeroes
+ * the others first, so after chunk 0 img_grad is complete.  K = 1 (the default) is the
+ * unchunked stage.  HERR_CONFIG with cp > 1. */
+int model_stage_set_chunk(model *m, int chunk, int n_chunks, hearth_err *err);
 /* [local tokens, hidden]; valid until the next stage call on this object. */
 const float *model_stage_output(const model *m, size_t *n_floats);
 /* Backward of the pending micro batch.  has_head: starts from the loss with loss_scale;
@@ -185,7 +197,8 @@ int model_stage_backward_pair(model *const m[2], const float *const dy[2], float
                               float aux_scale, float *const img_grad[2], hearth_err *err);
 
 /* Tokens this rank holds in the stage activations for a micro batch of n tokens
- * (n / cp / tp under sp, else n / cp). */
+ * (n / cp / tp under sp, else n / cp; with sequence chunks n / K for cp: the chunk's, K
+ * as last set by model_stage_set_chunk). */
 int model_local_tokens(const model *m, int n_tokens);
 
 #endif

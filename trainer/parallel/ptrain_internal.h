@@ -79,6 +79,11 @@ struct ptrain {
     pp_op *ops;             /* op.micro is a unit: micro batches [unit*u, unit*u + unit) */
     int n_ops;
     int unit;               /* micro batches per unit: 2 under a2a_overlap with MoE, else 1 */
+    int K;                  /* parallel.chunks: sequence chunks per micro batch; K > 1:
+                               a unit is one chunk q of micro batch q / K (chunk q % K) */
+    const float *chunk_img; /* K > 1: the image rows of the micro batch whose chunks are
+                               on the embedding stage (from its chunk 0's encode) */
+    long chunk_targets;     /* K > 1: targets counted by the head over the chunks so far */
     float loss_scale, aux_scale;
     /* encoder (ptrain_encode.c) */
     int has_encoder;        /* the model has an encoder on this rank */

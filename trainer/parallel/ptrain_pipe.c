@@ -13,7 +13,20 @@
  * batches as a pair (model_stage_forward_pair: the all_to_allv of one between the other's
  * compute); the last unit of an odd count has one.  Every stage and every rank of a DP
  * (hence EP) group builds the same units, so matched collectives stay matched.  Inputs,
- * outputs and gradients still travel per micro batch. */
+ * outputs and gradients still travel per micro batch.
+ *
+ * Sequence chunks (parallel.chunks = K > 1, docs/parallel/chunks.md).  A unit is one
+ * chunk: unit q is chunk q % K of micro batch q / K, and slots, tags and messages are per
+ * unit.  The op list is not 1F1B: per micro batch, every stage runs the forwards of its
+ * chunks 0 .. K-1 (for each, its virtual stages in order), then their backwards K-1 .. 0
+ * (virtual stages in reverse), and only then the next micro batch: a chunk's attention
+ * reads the key/value cache the earlier chunks left in the stage's model (one micro batch
+ * in flight per model chunk), and its backward adds to the cache's gradient the earlier
+ * chunks then read.  Every dependency (the previous virtual stage's output, the next one's
+ * gradient, the earlier chunks' cache) comes earlier in this one global order, which
+ * every stage follows, so no stage waits on one that waits on it.  The pipeline overlaps
+ * the chunks of a micro batch (GPipe inside the micro batch); the a2a_overlap pairing is
+ * not used. */
 #include "parallel/ptrain_internal.h"
 
 #include <stdlib.h>
@@ -22,14 +35,28 @@
 int pt_pipe_init(ptrain *t, hearth_err *err)
 {
     const run_config *c = &t->cfg;
-    t->unit = c->parallel.a2a_overlap && c->model.decoder.moe_experts > 0 ? 2 : 1;
-    int units = (t->M_local + t->unit - 1) / t->unit;
+    t->K = c->parallel.chunks > 1 ? c->parallel.chunks : 1;
+    t->unit = c->parallel.a2a_overlap && c->model.decoder.moe_experts > 0 && t->K == 1 ? 2 : 1;
+    int units = t->K > 1 ? t->M_local * t->K : (t->M_local + t->unit - 1) / t->unit;
     int cap = 2 * units * t->vpp;
     t->ops = calloc((size_t)(cap > 0 ? cap : 1), sizeof *t->ops);
     t->slots = calloc((size_t)t->vpp, sizeof *t->slots);
     t->n_slots = calloc((size_t)t->vpp, sizeof *t->n_slots);
     if (!t->ops || !t->slots || !t->n_slots)
         return herr_set(err, HERR_NOMEM, "pipeline: out of memory");
+    if (t->K > 1) {
+        int n = 0;
+        for (int j = 0; j < t->M_local; j++) {
+            for (int q = j * t->K; q < (j + 1) * t->K; q++)
+                for (int v = 0; v < t->vpp; v++)
+                    t->ops[n++] = (pp_op){ PP_FORWARD, q, v };
+            for (int q = (j + 1) * t->K - 1; q >= j * t->K; q--)
+                for (int v = t->vpp - 1; v >= 0; v--)
+                    t->ops[n++] = (pp_op){ PP_BACKWARD, q, v };
+        }
+        t->n_ops = n;
+        return 0;
+    }
     /* The same op lists on every stage, checked for deadlocks before anything runs. */
     int rc = pp_schedule_check(t->lay.pp, t->vpp, units, NULL, err);
     if (rc)
@@ -99,9 +126,11 @@ static int tag_of(const ptrain *t, int j, int receiver_vs, int grad)
     return 2 * (j * t->n_virtual + receiver_vs) + grad;
 }
 
+/* Floats of the stage activations of unit j (under chunks: of its chunk; the model was
+ * told its chunk, model_local_tokens divides by K). */
 static size_t act_floats(const ptrain *t, model *m, int j)
 {
-    const vlm_batch *b = &t->micro[j].view;
+    const vlm_batch *b = &t->micro[j / t->K].view;
     return (size_t)model_local_tokens(m, b->n_seq * b->seq_len) * (size_t)t->Hd;
 }
 
@@ -109,7 +138,7 @@ static size_t act_floats(const ptrain *t, model *m, int j)
 static int unit_micros(const ptrain *t, int u, int *j0)
 {
     *j0 = u * t->unit;
-    int n = t->M_local - *j0;
+    int n = t->M_local * t->K - *j0;   /* K > 1: unit = 1, a unit is a chunk */
     return n < t->unit ? n : t->unit;
 }
 
@@ -118,20 +147,26 @@ static int unit_micros(const ptrain *t, int u, int *j0)
 static int forward_begin(ptrain *t, int j, int v, pt_slot **out, hearth_err *err)
 {
     int pp = t->lay.pp, vs = v * pp + t->dec->coords.p;
-    pt_micro *mi = &t->micro[j];
+    int mj = j / t->K, ck = j % t->K;   /* micro batch and chunk of unit j */
+    pt_micro *mi = &t->micro[mj];
     pt_slot *s = NULL;
     int rc = slot_acquire(t, v, j, &s, err);
     if (rc)
         return rc;
     *out = s;
+    if (t->K > 1 && (rc = model_stage_set_chunk(s->m, ck, t->K, err)))
+        return rc;
     const model_par *par = model_get_par(s->m);
     size_t nx = act_floats(t, s->m, j);
     const float *img = NULL;
-    if (par->has_embed) {
+    if (par->has_embed && ck > 0) {
+        img = t->chunk_img;   /* the encode of the micro batch's chunk 0 */
+    } else if (par->has_embed) {
         double e0 = pt_now_ms();
-        if ((rc = pt_encode_before_forward(t, j, &img, err)))
+        if ((rc = pt_encode_before_forward(t, mj, &img, err)))
             return rc;
         t->enc_ms += pt_now_ms() - e0;
+        t->chunk_img = img;
     } else {
         if ((rc = pt_grow((void **)&s->xin, &s->cap_xin, nx, sizeof(float), err)) ||
             (rc = comm_recv(t->dec->group[PS_PP], s->xin, nx, COMM_F32, (vs - 1) % pp,
@@ -153,8 +188,18 @@ static int forward_end(ptrain *t, int j, int v, pt_slot *s, const model_stats *m
                        hearth_err *err)
 {
     int pp = t->lay.pp, vs = v * pp + t->dec->coords.p;
-    pt_micro *mi = &t->micro[j];
+    pt_micro *mi = &t->micro[j / t->K];
     t->aux_sum += ms->aux_loss;
+    if (model_get_par(s->m)->has_head && t->K > 1) {
+        /* the chunks' targets add up to the micro batch's */
+        t->chunk_targets = (j % t->K ? t->chunk_targets : 0) + ms->n_targets;
+        t->loss_sum += ms->loss_sum;
+        if (j % t->K == t->K - 1 && t->chunk_targets != mi->data.n_targets)
+            return herr_set(err, HERR_RUNTIME, "micro batch %d: the model counted %ld target "
+                            "tokens over %d chunks, the data has %ld", j / t->K,
+                            t->chunk_targets, t->K, mi->data.n_targets);
+        return 0;
+    }
     if (model_get_par(s->m)->has_head) {
         if (ms->n_targets != mi->data.n_targets)
             return herr_set(err, HERR_RUNTIME, "micro batch %d: the model counted %d target "
@@ -211,7 +256,7 @@ static int op_backward(ptrain *t, int u, int v, hearth_err *err)
     float *img_grad[2] = { NULL, NULL };
     for (int i = 0; i < n; i++) {
         int j = j0 + i;
-        pt_micro *mi = &t->micro[j];
+        pt_micro *mi = &t->micro[j / t->K];
         if (!(s[i] = slot_find(t, v, j)))
             return herr_set(err, HERR_RUNTIME, "pipeline: backward of micro batch %d on "
                             "stage %d before its forward", j, vs);
@@ -241,8 +286,10 @@ static int op_backward(ptrain *t, int u, int v, hearth_err *err)
         int j = j0 + i;
         s[i]->micro = -1;
         if (model_get_par(m[i])->has_embed) {
+            if (j % t->K)   /* chunks: the encoder backward after chunk 0's */
+                continue;
             double e0 = pt_now_ms();
-            rc = pt_encode_after_backward(t, j, err);
+            rc = pt_encode_after_backward(t, j / t->K, err);
             t->enc_ms += pt_now_ms() - e0;
             if (rc)
                 return rc;

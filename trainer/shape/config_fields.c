@@ -37,6 +37,8 @@ static const field_desc rows[] = {
 
     INT_ROW("parallel.tp", parallel.tp, 1, 4096, "1", "decoder tensor parallel size"),
     INT_ROW("parallel.cp", parallel.cp, 1, 4096, "1", "context parallel size"),
+    INT_ROW("parallel.chunks", parallel.chunks, 1, 4096, "1",
+            "sequence chunks per micro batch, run through the decoder one after the other"),
     INT_ROW("parallel.pp", parallel.pp, 1, 4096, "1", "pipeline parallel size"),
     INT_ROW("parallel.vpp", parallel.vpp, 1, 4096, "1", "virtual pipeline stages per pp rank"),
     AUTO_INT_ROW("parallel.dp", parallel.dp, 1, 1048576,

@@ -26,6 +26,7 @@ typedef struct {
     int t, cc, d, p;            /* coordinates (parallel_state.h rank order) */
     int enc_here;               /* the encoder lives on this rank (chunk 0) */
     int M_local, unit, units;
+    int K;                      /* parallel.chunks (>= 1) */
     int64_t N, Nl;              /* decoder tokens per micro batch on this rank, local rows */
     int64_t U_mb, P_mb;         /* image units and patches per micro batch (upper bound) */
 } rank_ctx;
@@ -77,12 +78,14 @@ static int rank_init(rank_ctx *x, const run_config *c, int rank, hearth_err *err
     x->d = rank / (x->tp * x->cp) % x->dp;
     x->p = rank / (x->tp * x->cp * x->dp);
     x->M_local = gb / mb / x->dp;
-    x->unit = c->parallel.a2a_overlap && c->model.decoder.moe_experts > 0 ? 2 : 1;
+    x->K = c->parallel.chunks > 1 ? c->parallel.chunks : 1;
+    x->unit = c->parallel.a2a_overlap && c->model.decoder.moe_experts > 0 && x->K == 1 ? 2 : 1;
     x->units = (x->M_local + x->unit - 1) / x->unit;
     x->enc_here = c->model.encoder.present &&
                   (c->parallel.encoder.strategy == ENC_FULL_SEPARATION || x->p == 0);
-    /* Context parallelism splits the sequence; sequence parallelism the residual rows. */
-    x->N = (int64_t)mb * c->train.seq_len / x->cp;
+    /* Context parallelism splits the sequence, chunks cut it (a stage runs one chunk at
+     * a time); sequence parallelism the residual rows. */
+    x->N = (int64_t)mb * c->train.seq_len / x->cp / x->K;
     x->Nl = c->parallel.sp && x->tp > 1 ? x->N / x->tp : x->N;
     int merge = c->model.encoder.spatial_merge;
     x->U_mb = (int64_t)mb * units_per_sequence(c);
@@ -169,6 +172,7 @@ static void dec_stack(const rank_ctx *x, mp_stack *st)
     mp_stack_init(st, &d->s, x->tp, x->c->parallel.sp, d->moe_experts, d->moe_top_k,
                   d->moe_ffn, d->moe_shared_ffn, x->ep, d->moe_every);
     st->cp = x->cp;
+    st->chunks = x->K;
 }
 
 static void enc_stack(const rank_ctx *x, mp_stack *st)
@@ -301,8 +305,35 @@ static void on_op(replay_state *rs, const rank_ctx *x, int fwd, int u, int v)
     }
 }
 
+/* ptrain_pipe.c under chunks: per micro batch the forwards of its K chunks (virtual
+ * stages in order), then their backwards; the encoder sees the micro batch at its chunk
+ * 0's forward and backward (one unit of one micro batch each). */
+static void replay_chunks(const rank_ctx *x, replay_state *rs)
+{
+    for (int j = 0; j < x->M_local; j++) {
+        for (int k = 0; k < x->K; k++)
+            for (int v = 0; v < x->vpp; v++) {
+                if (k == 0)
+                    on_op(rs, x, 1, j, v);
+                else if (++rs->cur[v] > rs->max[v])
+                    rs->max[v] = rs->cur[v];
+            }
+        for (int k = x->K - 1; k >= 0; k--)
+            for (int v = x->vpp - 1; v >= 0; v--) {
+                if (k == 0)
+                    on_op(rs, x, 0, j, v);
+                else
+                    rs->cur[v]--;
+            }
+    }
+}
+
 static int replay(const rank_ctx *x, replay_state *rs, hearth_err *err)
 {
+    if (x->K > 1) {
+        replay_chunks(x, rs);
+        return 0;
+    }
     int pp = x->pp, vpp = x->vpp, M = x->units, p = x->p;
     int64_t total64 = (int64_t)M * vpp;
     if (total64 * pp > INT32_MAX / 2)
@@ -457,9 +488,11 @@ int mem_plan_rank(const run_config *c, int rank, mem_rank_plan *out, hearth_err 
         int vs = v * x.pp + x.p, first = vs * per, has_head = vs == x.nv - 1;
         int slots = rs.max[v];
         out->slots += slots;
+        if (slots > 0)
+            out->chunk_cache_floats += mp_chunk_cache(&el, &dst, per, x.N);
         for (int s = 0; s < slots; s++) {
             mp_stack_arena(&el, &dst, per, first, x.N, x.Nl, MEM_ACTIVATIONS);
-            mp_stage_buffers(&el, &dst, has_head, x.N, x.N * x.cp, x.Nl, Vl, Vmax);
+            mp_stage_buffers(&el, &dst, has_head, x.N, x.N * x.cp * x.K, x.Nl, Vl, Vmax);
             mp_moe_exchange(&el, &dst, per, first, x.N * dst.K);
             if (vs > 0 || !has_head)     /* the received stage input / output gradient */
                 el.f[MEM_STAGE] += x.Nl * dst.H;

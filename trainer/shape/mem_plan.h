@@ -101,6 +101,9 @@ typedef struct {
     int64_t opt_owned;          /* elements whose AdamW state this rank keeps */
     int64_t stack_arena_floats; /* sum over decoder slots and encoder slots of the block
                                    arenas: what model_stack_activation_bytes / 4 sums to */
+    int64_t chunk_cache_floats; /* parallel.chunks: the key/value caches (one per model
+                                   chunk, in bytes[MEM_ACTIVATIONS]): what
+                                   model_chunk_cache_bytes / 4 sums to */
     int64_t bytes[MEM_CATEGORIES];
     int64_t total;              /* sum of bytes[] (device memory) */
     int64_t host_bytes;         /* offloaded to host memory (full_separation + offload) */

@@ -45,6 +45,7 @@ void mp_stack_init(mp_stack *st, const stack_shape *s, int tp, int sp, int E, in
     st->every = every > 0 ? every : 1;
     st->sp = sp && tp > 1;
     st->cp = 1;
+    st->chunks = 1;
 }
 
 static int layer_moe(const mp_stack *st, int gl)
@@ -204,13 +205,14 @@ void mp_stage_buffers(mp_elems *el, const mp_stack *st, int has_head, int64_t N,
         ch = N;
     int64_t n = N, nl = Nl, nf = Nf;
     /* ids, targets, image rows, local rows, (cp: every cp rank's positions), sequence
-     * starts, positions of the whole micro batch, target rows */
+     * starts, positions of the whole micro batch, target rows (N: the chunk's tokens
+     * under parallel.chunks, Nf the micro batch's) */
     el->i[MEM_STAGE] += 4 * r16(n) + (st->cp > 1 ? r16(st->cp * n) : 0) + r16(n + 1) +
                         r16(3 * nf) + r16(nf) + r16(n);
     el->i[MEM_LOGITS] += r16(ch);
     addf(el, MEM_STAGE, nf * (st->D / 2), 0);
     addf(el, MEM_STAGE, nf * (st->D / 2), 0);
-    if (st->cp > 1) {
+    if (st->cp > 1 || st->chunks > 1) {   /* decoder.c take: the local RoPE rows */
         addf(el, MEM_STAGE, n * (st->D / 2), 0);
         addf(el, MEM_STAGE, n * (st->D / 2), 0);
     }
@@ -255,4 +257,16 @@ void mp_encode_buffers(mp_elems *el, const mp_stack *st, const model_shape *m, i
     /* encoder.c reserve: exact sizes (realloc) */
     el->f[MEM_ENCODER] += P * pdim + 2 * P * (es->s.head_dim / 2) + 2 * U * out;
     el->i[MEM_ENCODER] += 2 * P + 2 * P + P + (P + 1) + (P + 1);
+}
+
+int64_t mp_chunk_cache(mp_elems *el, const mp_stack *st, int L, int64_t N)
+{
+    if (st->chunks <= 1)
+        return 0;
+    /* decoder.c chunk_cache_begin: exact sizes (realloc), k, v, dk, dv of chunks 0 .. K-2
+     * for every layer, and every chunk's positions */
+    int64_t f = (int64_t)L * 4 * (st->chunks - 1) * N * st->KD;
+    el->f[MEM_ACTIVATIONS] += f;
+    el->i[MEM_STAGE] += (int64_t)st->chunks * N;
+    return f;
 }

@@ -17,6 +17,7 @@ typedef struct {
     int every;              /* MoE in layers gl % every == every - 1 (E > 0) */
     int sp;                 /* sequence parallel on (decoder, tp > 1) */
     int cp;                 /* context parallel size (decoder; 1 for the encoder) */
+    int chunks;             /* parallel.chunks (decoder; 1 for the encoder) */
 } mp_stack;
 
 /* Elements of activation buffers, per category (floats and ints apart: their sizes
@@ -39,8 +40,13 @@ void mp_stack_init(mp_stack *st, const stack_shape *s, int tp, int sp, int E, in
 void mp_stack_arena(mp_elems *el, const mp_stack *st, int L, int first, int64_t N,
                     int64_t Nl, mem_category cat);
 
+/* The key/value cache of sequence chunks (parallel.chunks; decoder.c chunk_cache_begin),
+ * held once per model chunk (by the slot owning the parameters): L layers, N tokens of
+ * one chunk on this rank.  Nothing when chunks == 1. */
+int64_t mp_chunk_cache(mp_elems *el, const mp_stack *st, int L, int64_t N);   /* floats */
+
 /* A decoder stage's own per-micro-batch buffers (decoder.c take/reserve) for N tokens of
- * this rank (Nf of the micro batch: N = Nf / cp):
+ * this rank (Nf of the micro batch: N = Nf / cp, or Nf / chunks):
  * ids, positions, RoPE tables, the tp partial embedding, the final norm and the head's
  * chunk (local vocabulary rows Vl, chunk rows from the largest slice Vmax). */
 void mp_stage_buffers(mp_elems *el, const mp_stack *st, int has_head, int64_t N, int64_t Nf,

@@ -28,6 +28,7 @@ typedef struct {
 
     struct {
         int tp, cp, pp, vpp, dp, ep, sp;
+        int chunks;             /* sequence chunks per micro batch (docs/parallel/chunks.md) */
         struct {
             encoder_strategy strategy;
             int tp;

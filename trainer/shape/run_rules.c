@@ -161,6 +161,27 @@ int run_rules_check(const run_config *c, rule_issue *iss)
                     "train.seq_len parallel.tp parallel.sp",
                     "sequence parallelism needs seq_len %d divisible by tp x cp = %d",
                     c->train.seq_len, tp * cp);
+    /* Sequence chunks (docs/parallel/chunks.md): seq_len / chunks tokens per chunk and
+     * sequence; under sp a chunk's tokens are split over tp. */
+    int K = c->parallel.chunks;   /* 0 (a config built by hand) counts as 1 */
+    if (K > 1 && c->train.seq_len % K)
+        return fail(iss, "seq_len_divisible_by_chunks", "train.seq_len parallel.chunks",
+                    "seq_len %d must be divisible by chunks %d", c->train.seq_len, K);
+    if (K > 1 && c->parallel.sp && (c->train.seq_len / K) % tp)
+        return fail(iss, "chunk_divisible_by_tp_for_sp",
+                    "train.seq_len parallel.chunks parallel.tp parallel.sp",
+                    "sequence parallelism needs seq_len / chunks = %d divisible by tp %d",
+                    c->train.seq_len / K, tp);
+    if (K > 1 && cp > 1)
+        return fail(iss, "chunks_no_cp", "parallel.chunks parallel.cp",
+                    "sequence chunks (%d) do not combine with context parallelism (cp %d)", K,
+                    cp);
+    /* The aux loss is a nonlinear function of whole-micro-batch routing statistics: per
+     * chunk it would be another loss. */
+    if (K > 1 && moe && d->moe_aux_coef > 0)
+        return fail(iss, "chunks_no_moe_aux", "parallel.chunks model.decoder.moe.aux_coef",
+                    "sequence chunks (%d) need the MoE aux loss off (aux_coef %g): its "
+                    "statistics are over the whole micro batch", K, d->moe_aux_coef);
     if (ds->pos == POS_LEARNED && c->train.seq_len > d->max_positions)
         return fail(iss, "seq_len_within_max_positions",
                     "train.seq_len model.decoder.max_positions",

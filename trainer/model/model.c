@@ -388,60 +388,6 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-static int run(model *m, const vlm_batch *b, int train, float loss_scale, float aux_scale,
-               model_stats *stats, hearth_err *err)
-{
-    model_stats st;
-    memset(&st, 0, sizeof st);
-    if (stats)
-        memset(stats, 0, sizeof *stats);
-    if (!b || b->n_seq < 1 || b->seq_len < 1 || !b->tokens || !b->targets)
-        return herr_set(err, HERR_RUNTIME, "model: empty batch");
-    if (b->n_images < 0 || (b->n_images > 0 && (!b->grid_thw || !b->pixels)))
-        return herr_set(err, HERR_RUNTIME, "model: batch has %d images but no grids or "
-                        "pixels", b->n_images);
-    if (b->n_images > 0 && !m->enc.present)
-        return herr_set(err, HERR_RUNTIME, "model: the batch has %d images but the model "
-                        "has no vision encoder", b->n_images);
-
-    int images = m->enc.present && b->n_images > 0, n_units = 0, rc;
-    m->dec.seq_chunk = 0;   /* the whole micro batch at once */
-    m->dec.seq_chunks = 1;
-    double t0 = now_ms();
-    m->enc.n_units = 0;
-    if (images && (rc = model_encode_forward(m, b->n_images, b->grid_thw, b->pixels, err)))
-        return rc;
-    const float *img = images ? model_img_feat(m, &n_units) : NULL;
-    double t1 = now_ms();
-    if ((rc = model_stage_forward(m, b, img, n_units, NULL, &st, err)))
-        return rc;
-    /* Nothing flows back when the decoder is frozen and no projector waits. */
-    int back = train && (!m->shape.decoder.s.freeze || images);
-    if (back && (rc = model_stage_backward(m, NULL, loss_scale, aux_scale,
-                                           images ? model_img_grad(m) : NULL, err)))
-        return rc;
-    double t2 = now_ms();
-    if (train && images && (rc = model_encode_backward(m, err)))
-        return rc;
-    double t3 = now_ms();
-    st.encoder_ms = (t1 - t0) + (t3 - t2);
-    st.decoder_ms = t2 - t1;
-    if (stats)
-        *stats = st;
-    return 0;
-}
-
-int model_forward_backward(model *m, const vlm_batch *b, float loss_scale, float aux_scale,
-                           model_stats *stats, hearth_err *err)
-{
-    return run(m, b, 1, loss_scale, aux_scale, stats, err);
-}
-
-int model_forward(model *m, const vlm_batch *b, model_stats *stats, hearth_err *err)
-{
-    return run(m, b, 0, 0.0f, 0.0f, stats, err);
-}
-
 /* The objects running chunks 0 .. K-1: m and K-1 clones kept in m. */
 static int chunk_objects(model *m, int K, hearth_err *err)
 {
@@ -460,18 +406,19 @@ static int chunk_objects(model *m, int K, hearth_err *err)
     return 0;
 }
 
-int model_forward_backward_chunks(model *m, const vlm_batch *b, int K, float loss_scale,
-                                  float aux_scale, model_stats *stats, hearth_err *err)
+/* One micro batch in K sequence chunks (K = 1: whole), on m and the K-1 clones kept in
+ * it: the encoder once, the chunk forwards in order, the backwards in reverse (each
+ * chunk's attention gradient reaches the earlier chunks' cached keys and values). */
+static int run(model *m, const vlm_batch *b, int K, int train, float loss_scale,
+               float aux_scale, model_stats *stats, hearth_err *err)
 {
-    if (K <= 1)
-        return model_forward_backward(m, b, loss_scale, aux_scale, stats, err);
     model_stats st;
     memset(&st, 0, sizeof st);
     if (stats)
         memset(stats, 0, sizeof *stats);
     if (!b || b->n_seq < 1 || b->seq_len < 1 || !b->tokens || !b->targets)
         return herr_set(err, HERR_RUNTIME, "model: empty batch");
-    if (b->seq_len % K)
+    if (K < 1 || b->seq_len % K)
         return herr_set(err, HERR_RUNTIME, "model: seq_len %d is not divisible by %d chunks",
                         b->seq_len, K);
     if (b->n_images < 0 || (b->n_images > 0 && (!b->grid_thw || !b->pixels)))
@@ -495,20 +442,21 @@ int model_forward_backward_chunks(model *m, const vlm_batch *b, int K, float los
         model_stats cs;
         if ((rc = model_stage_set_chunk(o, j, K, err)) ||
             (rc = model_stage_forward(o, b, img, n_units, NULL, &cs, err)))
-            return herr_prefix(err, rc, "chunk %d", j);
+            return K > 1 ? herr_prefix(err, rc, "chunk %d", j) : rc;
         st.loss_sum += cs.loss_sum;
         st.n_targets += cs.n_targets;
         st.aux_loss += cs.aux_loss;
     }
-    int back = !m->shape.decoder.s.freeze || images;
+    /* Nothing flows back when the decoder is frozen and no projector waits. */
+    int back = train && (!m->shape.decoder.s.freeze || images);
     for (int j = K - 1; back && j >= 0; j--) {
         model *o = j ? m->chunk_objs[j - 1] : m;
         if ((rc = model_stage_backward(o, NULL, loss_scale, aux_scale,
                                        images ? model_img_grad(m) : NULL, err)))
-            return herr_prefix(err, rc, "chunk %d backward", j);
+            return K > 1 ? herr_prefix(err, rc, "chunk %d backward", j) : rc;
     }
     double t2 = now_ms();
-    if (images && (rc = model_encode_backward(m, err)))
+    if (train && images && (rc = model_encode_backward(m, err)))
         return rc;
     double t3 = now_ms();
     st.encoder_ms = (t1 - t0) + (t3 - t2);
@@ -516,4 +464,21 @@ int model_forward_backward_chunks(model *m, const vlm_batch *b, int K, float los
     if (stats)
         *stats = st;
     return 0;
+}
+
+int model_forward_backward(model *m, const vlm_batch *b, float loss_scale, float aux_scale,
+                           model_stats *stats, hearth_err *err)
+{
+    return run(m, b, 1, 1, loss_scale, aux_scale, stats, err);
+}
+
+int model_forward(model *m, const vlm_batch *b, model_stats *stats, hearth_err *err)
+{
+    return run(m, b, 1, 0, 0.0f, 0.0f, stats, err);
+}
+
+int model_forward_backward_chunks(model *m, const vlm_batch *b, int K, float loss_scale,
+                                  float aux_scale, model_stats *stats, hearth_err *err)
+{
+    return run(m, b, K < 1 ? 1 : K, 1, loss_scale, aux_scale, stats, err);
 }

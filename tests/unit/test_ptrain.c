@@ -401,47 +401,41 @@ static void test_moe_layouts(void **state)
     run_cases(moe_cases, sizeof moe_cases / sizeof moe_cases[0]);
 }
 
-/* "train.seed=S" for the named cases: HEARTH_TEST_SEED when set, else 7 (the seed every
- * named layout case runs with by default; see the tolerance note at the top). */
-static void case_seed(char *buf, size_t cap)
+/* Runs the named cases with "train.seed=S" (HEARTH_TEST_SEED when set, else 7: the seed
+ * every named layout case runs with by default; see the tolerance note at the top) and
+ * the extra overrides appended; returns the number of failed cases. */
+static int run_seeded_cases(const layout_case *cases, size_t n_cases,
+                            const char *const *extra, int n_extra, double zero_tol)
 {
+    char seed[48];
     const char *env = getenv("HEARTH_TEST_SEED");
-    snprintf(buf, cap, "train.seed=%lu", env ? strtoul(env, NULL, 10) : 7ul);
+    snprintf(seed, sizeof seed, "train.seed=%lu", env ? strtoul(env, NULL, 10) : 7ul);
+    int bad = 0;
+    for (size_t i = 0; i < n_cases; i++) {
+        const char *kv[MAX_KV + 4];
+        int n = count_kv(&cases[i]);
+        memcpy(kv, cases[i].kv, (size_t)n * sizeof *kv);
+        kv[n++] = seed;
+        for (int j = 0; j < n_extra && j < 3; j++)
+            kv[n++] = extra[j];
+        bad += check_layout_tol(kv, n, zero_tol);
+    }
+    return bad;
 }
 
 static void test_cp_layouts(void **state)
 {
     (void)state;
-    char seed[48];
-    case_seed(seed, sizeof seed);
-    int bad = 0;
-    for (size_t i = 0; i < sizeof cp_cases / sizeof cp_cases[0]; i++) {
-        const char *kv[MAX_KV + 1];
-        int n = count_kv(&cp_cases[i]);
-        memcpy(kv, cp_cases[i].kv, (size_t)n * sizeof *kv);
-        kv[n++] = seed;
-        bad += check_layout(kv, n);
-    }
-    assert_int_equal(bad, 0);
+    assert_int_equal(run_seeded_cases(cp_cases, sizeof cp_cases / sizeof cp_cases[0], NULL, 0,
+                                      TOL_ZERO_INIT), 0);
 }
 
 static void test_chunk_layouts(void **state)
 {
     (void)state;
-    char seed[48];
-    case_seed(seed, sizeof seed);
-    int bad = 0;
-    for (size_t i = 0; i < sizeof chunk_cases / sizeof chunk_cases[0]; i++) {
-        const char *kv[MAX_KV + 3];
-        int n = count_kv(&chunk_cases[i]);
-        memcpy(kv, chunk_cases[i].kv, (size_t)n * sizeof *kv);
-        kv[n++] = seed;
-        static const char *const lr[] = { CHUNK_LR };
-        kv[n++] = lr[0];
-        kv[n++] = lr[1];
-        bad += check_layout_tol(kv, n, CHUNK_TOL_ZERO_INIT);
-    }
-    assert_int_equal(bad, 0);
+    static const char *const lr[] = { CHUNK_LR };
+    assert_int_equal(run_seeded_cases(chunk_cases, sizeof chunk_cases / sizeof chunk_cases[0],
+                                      lr, 2, CHUNK_TOL_ZERO_INIT), 0);
 }
 
 /* ---- the layout space: all pairs, or the whole product ------------------------------

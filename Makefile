@@ -33,7 +33,7 @@ NVCCFLAGS = -O2 -std=c++17 -I. -Ikernels -MMD -MP \
             -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=sm_90 \
             -Xcompiler -Wall,-Wextra,-Werror
 
-KERNEL_SRC := $(wildcard kernels/cpu/*.c)
+KERNEL_SRC := $(wildcard kernels/*.c kernels/cpu/*.c)
 CUDA_SRC   := $(wildcard kernels/cuda/*.cu)
 SHAPE_SRC  := $(wildcard trainer/shape/*.c)
 MODEL_SRC  := $(wildcard trainer/model/*.c)

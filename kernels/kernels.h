@@ -39,7 +39,8 @@ void kcpu_accumulate(float *dst, const float *src, size_t n);        /* dst += s
 void kcpu_scale(float *x, size_t n, float s);                        /* x *= s */
 
 /* ---- embedding -----------------------------------------------------------
- * out[N,C] = table[ids[i], :].  Backward: dtable[ids[i], :] += dout[i, :]. */
+ * out[N,C] = table[ids[i], :].  Backward: dtable[ids[i], :] += dout[i, :], tokens in order;
+ * a token with ids[i] < 0 contributes nothing (a row outside this rank's slice). */
 void kcpu_embedding_forward(float *out, const int *ids, const float *table, int N, int C);
 void kcpu_embedding_backward(float *dtable, const float *dout, const int *ids, int N, int C);
 

@@ -53,8 +53,13 @@ int ckpt_items_add(ckpt_items *l, const char *name, st_dtype dtype, void *data, 
 
 int ckpt_items_add_model(ckpt_items *l, model *m, const char *prefix, hearth_err *err)
 {
+    return ckpt_items_add_model_at(l, m, model_params(m), prefix, err);
+}
+
+int ckpt_items_add_model_at(ckpt_items *l, model *m, float *p, const char *prefix,
+                            hearth_err *err)
+{
     char name[ST_NAME_MAX + 32];
-    float *p = model_params(m);
     int rc;
     for (int i = 0; i < model_tensor_count(m); i++) {
         const model_tensor *t = model_tensor_at(m, i);

@@ -44,6 +44,10 @@ int ckpt_items_add(ckpt_items *l, const char *name, st_dtype dtype, void *data, 
 /* Adds m's parameters as PREFIX"param/<tensor>" and, when m has an FP8 plan,
  * PREFIX"fp8/amax_history" and PREFIX"fp8/history_pos" (m must own its histories). */
 int ckpt_items_add_model(ckpt_items *l, model *m, const char *prefix, hearth_err *err);
+/* The same with the parameters read from / written to p, a host array of the model's
+ * layout (a model on another device than the cpu is saved through such a copy). */
+int ckpt_items_add_model_at(ckpt_items *l, model *m, float *p, const char *prefix,
+                            hearth_err *err);
 
 /* DIR/rank-RRRRR.safetensors into out[0..n); HERR_IO when too long. */
 int ckpt_rank_path(char *out, size_t n, const char *dir, int rank, hearth_err *err);

@@ -53,8 +53,13 @@ static int config_exit(int rc)
 /* Things this build cannot run yet, checked before anything is written. */
 static int check_supported(const run_config *c, hearth_err *err)
 {
-    if (c->device == DEVICE_CUDA)
-        return herr_set(err, HERR_CONFIG, "device: cuda is not supported by this build yet");
+    if (c->device == DEVICE_CUDA && c->ranks > 1)
+        return herr_set(err, HERR_CONFIG, "device: cuda runs one rank so far (ranks: %d); "
+                        "multi-rank layouts run on device cpu", c->ranks);
+    if (c->device == DEVICE_CUDA && c->precision.compute != COMPUTE_FP32)
+        return herr_set(err, HERR_CONFIG, "precision.compute: bf16 is not implemented on "
+                        "device cuda yet (its activations are fp32): set precision.compute: "
+                        "fp32");
     if (c->precision.compute != COMPUTE_FP32)
         return herr_set(err, HERR_CONFIG, "precision.compute: bf16 is not supported on device "
                         "cpu (the CPU path is fp32)");
@@ -71,6 +76,8 @@ static int setup(const cli_args *a, runlog *log, run_config *cfg, trainer **tr)
         rc = check_supported(cfg, &err);
     if (!rc)
         rc = trainer_create(tr, cfg, &err);   /* installs the FP8 plan (fp8_policy.h) */
+    if (!rc && cfg->device == DEVICE_CUDA)
+        runlog_printf(log, "device cuda: %s (fp32 activations)", trainer_device_name(*tr));
     if (!rc && cfg->precision.fp8 == FP8_ALL)
         runlog_printf(log, "precision.fp8: all is emulated on device cpu (E4M3/E5M2 "
                       "quantise-dequantise around fp32 GEMMs)");
@@ -93,8 +100,15 @@ static void log_step(runlog *log, const train_step_stats *st, int steps)
                   st->encoder_ms, st->decoder_ms, st->tokens);
 }
 
-static int finish(runlog *log, const char *dir, const run_config *cfg, const char *hash,
-                  const run_summary *sum, const char *status)
+/* The peak memory of the run so far: the device's where it has its own, else RSS. */
+static long long peak_mem(const trainer *tr)
+{
+    long long bytes;
+    return trainer_device_peak(tr, &bytes) ? bytes : outputs_peak_mem_bytes();
+}
+
+static int finish(runlog *log, const char *dir, const run_config *cfg, const trainer *tr,
+                  const char *hash, const run_summary *sum, const char *status)
 {
     hearth_err err = { { 0 } };
     run_result r;
@@ -105,14 +119,22 @@ static int finish(runlog *log, const char *dir, const run_config *cfg, const cha
     r.nodes = 1;
     r.tokens_per_s_per_gpu = r.num.tokens_per_s / r.device_count;
     r.mfu = NAN;                          /* no known peak on CPU */
-    r.peak_mem_bytes = outputs_peak_mem_bytes();
+    r.peak_mem_bytes = peak_mem(tr);
     r.exit_status = status;
     r.device = cfg->device == DEVICE_CUDA ? "cuda" : "cpu";
     /* The plan of a config that trained is always computable; should it fail anyway,
      * result.json says "memory": null rather than losing the run's other figures. */
     run_memory mem;
-    if (plan_memory_result(&mem, cfg, &err) == 0)
+    long long dev_peak;
+    if (plan_memory_result(&mem, cfg, &err) == 0) {
         r.memory = &mem;
+        if (trainer_device_peak(tr, &dev_peak)) {
+            mem.measured_bytes = dev_peak;
+            mem.measured_source = "the peak of device memory the run allocated (parameters, "
+                                  "gradients, AdamW moments, activations; not the CUDA "
+                                  "context or library workspaces)";
+        }
+    }
     else
         runlog_printf(log, "hearth-train: memory plan: %s", err.msg);
     if (result_write(dir, &r, &err)) {
@@ -230,7 +252,7 @@ static int train_loop(runlog *log, const char *dir, const run_config *cfg, train
             exit_code = RUN_EXIT_FAILED;
             break;
         }
-        long long peak = outputs_peak_mem_bytes();
+        long long peak = peak_mem(tr);
         if (summary_add(&sum, &st, &err) || metrics_append(&mf, &st, peak, &err)) {
             runlog_printf(log, "hearth-train: step %d: %s", s, err.msg);
             status = "failed";
@@ -253,7 +275,7 @@ static int train_loop(runlog *log, const char *dir, const run_config *cfg, train
         }
     }
     metrics_close(&mf);
-    if (finish(log, dir, cfg, hash, &sum, status) && exit_code == RUN_EXIT_DONE)
+    if (finish(log, dir, cfg, tr, hash, &sum, status) && exit_code == RUN_EXIT_DONE)
         exit_code = RUN_EXIT_FAILED;
     summary_free(&sum);
     return exit_code;

@@ -11,7 +11,9 @@
 #include "fp8_policy.h"
 #include "hf_config.h"
 #include "hf_weights.h"
+#include "kdev.h"
 #include "kernels.h"
+#include "model/model_par.h"
 #include "parallel/ptrain_local.h"
 #include "schedule.h"
 
@@ -29,7 +31,12 @@ struct trainer {
     double weight_decay, grad_clip;
     float aux_coef;
     int chunks;                      /* parallel.chunks: sequence chunks per micro batch */
-    float *adam_m, *adam_v;          /* [param count], zero at start */
+    kdev *dev;                       /* the device of device: cuda (owned); NULL = the
+                                        model's own cpu device */
+    float *adam_m, *adam_v;          /* [param count] on the model's device, zero at start */
+    float *host;                     /* device other than the cpu: [3][param count] host
+                                        copies of parameters and moments for checkpoint
+                                        and Hugging Face I/O, made on first use */
     synth_batch *micro;              /* [n_micro], refilled every step */
     int step;                        /* steps completed */
 };
@@ -83,17 +90,27 @@ int trainer_create(trainer **out, const run_config *cfg, hearth_err *err)
     t->grad_clip = cfg->train.grad_clip;
     t->chunks = cfg->parallel.chunks;
     t->aux_coef = cfg->model.decoder.moe_experts > 0 ? cfg->model.decoder.moe_aux_coef : 0.0f;
-    if ((rc = model_create(&t->m, &cfg->model, cfg->train.seed, err)) ||
+    if (cfg->device == DEVICE_CUDA) {
+        char msg[512];
+        if ((rc = kdev_create(&t->dev, KDEV_CUDA, msg, sizeof msg))) {
+            trainer_free(t);
+            return herr_set(err, rc == HERR_CONFIG ? HERR_CONFIG : HERR_RUNTIME, "%s", msg);
+        }
+    }
+    model_par par;
+    model_par_single(&par, &cfg->model);
+    par.dev = t->dev;
+    if ((rc = model_create_par(&t->m, &cfg->model, &par, cfg->train.seed, err)) ||
         (rc = fp8_plan_install(&t->m, 1, cfg, TRAIN_CPU_DEVICE_NAME, err))) {
         herr_prefix(err, rc, "model");
         trainer_free(t);
         return rc;
     }
     size_t n = model_param_count(t->m);
-    t->adam_m = calloc(n ? n : 1, sizeof(float));
-    t->adam_v = calloc(n ? n : 1, sizeof(float));
+    kdev *dev = model_device(t->m);
     t->micro = calloc((size_t)t->n_micro, sizeof *t->micro);
-    if (!t->adam_m || !t->adam_v || !t->micro) {
+    if (!t->micro || kdev_alloc(dev, (void **)&t->adam_m, n * sizeof(float)) ||
+        kdev_alloc(dev, (void **)&t->adam_v, n * sizeof(float))) {
         trainer_free(t);
         return herr_set(err, HERR_NOMEM, "optimizer state: out of memory (%zu parameters)", n);
     }
@@ -110,9 +127,13 @@ void trainer_free(trainer *t)
         for (int i = 0; i < t->n_micro; i++)
             synth_batch_free(&t->micro[i]);
     free(t->micro);
-    free(t->adam_m);
-    free(t->adam_v);
+    if (t->m) {
+        kdev_release(model_device(t->m), t->adam_m);
+        kdev_release(model_device(t->m), t->adam_v);
+    }
+    free(t->host);
     model_free(t->m);
+    kdev_free(t->dev);
     data_source_free(t->src);
     free(t);
 }
@@ -127,35 +148,47 @@ model *trainer_model(trainer *t)
     return t->par ? ptrain_local_model(t->par) : t->m;
 }
 
-/* Global L2 norm over the gradients of the tensors that train, summed in tensor order
- * (each kcpu_sumsq is itself order-fixed), so the norm is reproducible bit for bit. */
-static double grad_norm(model *m)
+/* The device's first failure as the trainer's error. */
+static int device_check(kdev *dev, hearth_err *err)
 {
+    int rc = kdev_status(dev);
+    return rc ? herr_set(err, rc, "device %s: %s", kdev_name(dev), kdev_errmsg(dev)) : 0;
+}
+
+/* Global L2 norm over the gradients of the tensors that train, summed in tensor order
+ * (each sum of squares is itself order-fixed), so the norm is reproducible bit for bit. */
+static int grad_norm(model *m, double *norm, hearth_err *err)
+{
+    kdev *dev = model_device(m);
     const float *g = model_grads(m);
     double ss = 0.0;
     for (int i = 0; i < model_tensor_count(m); i++) {
         const model_tensor *tt = model_tensor_at(m, i);
-        if (!tt->frozen)
-            ss += kcpu_sumsq(g + tt->offset, tt->numel);
+        double s = 0.0;
+        if (!tt->frozen && !kdev_sumsq(dev, &s, g + tt->offset, tt->numel))
+            ss += s;
     }
-    return sqrt(ss);
+    *norm = sqrt(ss);
+    return device_check(dev, err);
 }
 
-static void optimizer_update(trainer *t, float lr, float clip)
+static int optimizer_update(trainer *t, float lr, float clip, hearth_err *err)
 {
     model *m = t->m;
+    kdev *dev = model_device(m);
     float *p = model_params(m), *g = model_grads(m);
     for (int i = 0; i < model_tensor_count(m); i++) {
         const model_tensor *tt = model_tensor_at(m, i);
         if (tt->frozen)
             continue;
         if (clip != 1.0f)
-            kcpu_scale(g + tt->offset, tt->numel, clip);
-        kcpu_adamw_update(p + tt->offset, g + tt->offset, t->adam_m + tt->offset,
+            kdev_scale(dev, g + tt->offset, tt->numel, clip);
+        kdev_adamw_update(dev, p + tt->offset, g + tt->offset, t->adam_m + tt->offset,
                           t->adam_v + tt->offset, tt->numel, lr, TRAIN_ADAM_BETA1,
                           TRAIN_ADAM_BETA2, TRAIN_ADAM_EPS,
                           tt->decay ? (float)t->weight_decay : 0.0f, t->step);
     }
+    return device_check(dev, err);
 }
 
 int trainer_step(trainer *t, train_step_stats *st, hearth_err *err)
@@ -212,16 +245,34 @@ int trainer_step(trainer *t, train_step_stats *st, hearth_err *err)
     }
     st->loss = st->target_tokens > 0 ? loss_sum / (double)st->target_tokens : 0.0;
     st->aux_loss = aux_sum / t->n_micro;
-    st->grad_norm = grad_norm(t->m);
+    int rc = grad_norm(t->m, &st->grad_norm, err);
+    if (rc)
+        return rc;
     if (train_nonfinite(st->loss) || train_nonfinite(st->grad_norm)) {
         st->step_ms = now_ms() - t0;
         return TRAIN_DIVERGED;
     }
     float clip = kcpu_clip_factor(st->grad_norm, (float)t->grad_clip);
     t->step++;
-    optimizer_update(t, (float)st->lr, clip);
+    if ((rc = optimizer_update(t, (float)st->lr, clip, err)))
+        return rc;
     st->step_ms = now_ms() - t0;
     return 0;
+}
+
+int trainer_device_peak(const trainer *t, long long *bytes)
+{
+    if (t->par || !t->m || kdev_get_kind(model_device(t->m)) == KDEV_CPU)
+        return 0;
+    size_t peak;
+    kdev_mem_stats(model_device(t->m), &peak, NULL);
+    *bytes = (long long)peak;
+    return 1;
+}
+
+const char *trainer_device_name(const trainer *t)
+{
+    return t->par || !t->m ? "cpu" : kdev_hw_name(model_device(t->m));
 }
 
 int trainer_ranks(const trainer *t)
@@ -229,17 +280,56 @@ int trainer_ranks(const trainer *t)
     return t->par ? ptrain_local_ranks(t->par) : 1;
 }
 
+/* Where checkpoint and Hugging Face I/O read and write the parameters and moments: the
+ * arrays themselves on the cpu device, else host copies (t->host, [3][n]). */
+static int host_state(trainer *t, float **p, float **m, float **v, hearth_err *err)
+{
+    if (kdev_get_kind(model_device(t->m)) == KDEV_CPU) {
+        *p = model_params(t->m);
+        *m = t->adam_m;
+        *v = t->adam_v;
+        return 0;
+    }
+    size_t n = model_param_count(t->m);
+    if (!t->host && !(t->host = malloc((n > 0 ? 3 * n : 1) * sizeof(float))))
+        return herr_set(err, HERR_NOMEM, "trainer: out of memory for a host copy of %zu "
+                        "parameters", n);
+    *p = t->host;
+    *m = t->host + n;
+    *v = t->host + 2 * n;
+    return 0;
+}
+
+/* Device <-> host copies of parameters and moments (nothing to do on the cpu device). */
+static int host_sync(trainer *t, int to_host, hearth_err *err)
+{
+    kdev *dev = model_device(t->m);
+    if (kdev_get_kind(dev) == KDEV_CPU)
+        return 0;
+    size_t bytes = model_param_count(t->m) * sizeof(float);
+    float *dst[3] = { model_params(t->m), t->adam_m, t->adam_v }, *h[3];
+    int rc = host_state(t, &h[0], &h[1], &h[2], err);
+    for (int k = 0; !rc && k < 3; k++)
+        if (to_host ? kdev_download(dev, h[k], dst[k], bytes)
+                    : kdev_upload(dev, dst[k], h[k], bytes))
+            rc = device_check(dev, err);
+    return rc;
+}
+
 /* The single-rank state: the model, then the AdamW moments of every tensor. */
 static int list_state(trainer *t, ckpt_items *l, hearth_err *err)
 {
-    int rc = ckpt_items_add_model(l, t->m, "", err);
+    float *hp, *hm, *hv;
+    int rc = host_state(t, &hp, &hm, &hv, err);
+    if (!rc)
+        rc = ckpt_items_add_model_at(l, t->m, hp, "", err);
     char name[ST_NAME_MAX + 16];
     for (int k = 0; !rc && k < 2; k++)
         for (int i = 0; !rc && i < model_tensor_count(t->m); i++) {
             const model_tensor *tt = model_tensor_at(t->m, i);
             snprintf(name, sizeof name, "%s/%s", k ? "adam_v" : "adam_m", tt->name);
-            rc = ckpt_items_add(l, name, ST_F32, (k ? t->adam_v : t->adam_m) + tt->offset,
-                                tt->numel, tt->ndim, tt->dims, err);
+            rc = ckpt_items_add(l, name, ST_F32, (k ? hv : hm) + tt->offset, tt->numel,
+                                tt->ndim, tt->dims, err);
         }
     return rc;
 }
@@ -253,8 +343,12 @@ static int single_rank_io(trainer *t, const char *dir, int step, int save, heart
     int rc = ckpt_rank_path(path, sizeof path, dir, 0, err);
     if (!rc)
         rc = list_state(t, &l, err);
+    if (!rc && save)
+        rc = host_sync(t, 1, err);
     if (!rc)
         rc = save ? ckpt_items_write(&l, path, step, err) : ckpt_items_read(&l, path, step, err);
+    if (!rc && !save)
+        rc = host_sync(t, 0, err);
     ckpt_items_free(&l);
     return rc;
 }
@@ -294,14 +388,17 @@ int trainer_init_from_hf(trainer *t, const model_shape *sh, const char *dir,
         rc = hf_config_check(sh, &hf, file, err);
     if (rc)
         return rc;
-    if (!t->par)
+    if (!t->par && kdev_get_kind(model_device(t->m)) == KDEV_CPU)
         return hf_weights_load(t->m, dir, err);
     model *full;
     if ((rc = full_model(&full, sh, err)))
         return rc;
     rc = hf_weights_load(full, dir, err);
-    if (!rc)
+    if (!rc && t->par)
         rc = ptrain_local_scatter(t->par, full, err);
+    else if (!rc && kdev_upload(model_device(t->m), model_params(t->m), model_params(full),
+                                model_param_count(t->m) * sizeof(float)))
+        rc = device_check(model_device(t->m), err);
     model_free(full);
     return rc;
 }
@@ -309,13 +406,17 @@ int trainer_init_from_hf(trainer *t, const model_shape *sh, const char *dir,
 int trainer_export_hf(trainer *t, const model_shape *sh, const char *dir, st_dtype dtype,
                       hearth_err *err)
 {
-    if (!t->par)
+    if (!t->par && kdev_get_kind(model_device(t->m)) == KDEV_CPU)
         return hf_weights_export(t->m, dir, dtype, HF_EXPORT_SHARD_BYTES, err);
     model *full;
     int rc = full_model(&full, sh, err);
     if (rc)
         return rc;
-    rc = ptrain_local_gather(t->par, full, err);
+    if (t->par)
+        rc = ptrain_local_gather(t->par, full, err);
+    else if (kdev_download(model_device(t->m), model_params(full), model_params(t->m),
+                           model_param_count(t->m) * sizeof(float)))
+        rc = device_check(model_device(t->m), err);
     if (!rc)
         rc = hf_weights_export(full, dir, dtype, HF_EXPORT_SHARD_BYTES, err);
     model_free(full);

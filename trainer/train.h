@@ -81,6 +81,12 @@ int trainer_save(trainer *t, const char *dir, hearth_err *err);
 int trainer_load(trainer *t, const char *dir, int step, hearth_err *err);
 /* The number of ranks (state files). */
 int trainer_ranks(const trainer *t);
+/* A trainer on a device with memory of its own (cuda): 1 and *bytes = the peak of what
+ * the run allocated there (parameters, gradients, moments, activations); else 0 (the
+ * process's peak RSS is the measure then). */
+int trainer_device_peak(const trainer *t, long long *bytes);
+/* The hardware the trainer runs on, for the log ("cpu", or the GPU's name). */
+const char *trainer_device_name(const trainer *t);
 
 /* Hugging Face Qwen2.5-VL checkpoints (hf_weights.h, docs/checkpoints.md).
  * trainer_init_from_hf checks DIR/config.json against sh (the run's model shape) and

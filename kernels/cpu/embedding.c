@@ -24,6 +24,8 @@ void kcpu_embedding_backward(float *dtable, const float *dout, const int *ids, i
     for (int b = 0; b < blocks; b++) {
         int c0 = b * EMB_COLS, c1 = c0 + EMB_COLS < C ? c0 + EMB_COLS : C;
         for (int i = 0; i < N; i++) {
+            if (ids[i] < 0)
+                continue;
             float *dst = dtable + (size_t)ids[i] * C;
             const float *src = dout + (size_t)i * C;
             for (int c = c0; c < c1; c++)

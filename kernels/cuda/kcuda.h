@@ -27,6 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kerr.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -35,13 +37,14 @@ typedef uint16_t kcuda_bf16;                 /* bf16 bits, as __nv_bfloat16 */
 typedef struct CUstream_st *kcuda_stream;    /* = cudaStream_t, without the CUDA headers */
 typedef struct kcuda_ctx kcuda_ctx;
 
+/* The project's error codes (kerr.h) under the names these kernels have always used. */
 enum {
-    KCUDA_OK = 0,
-    KCUDA_EARG = -1,     /* invalid argument (shape <= 0, NULL required pointer) */
-    KCUDA_ECUDA = -2,    /* a CUDA runtime call or kernel launch failed */
-    KCUDA_ECUBLAS = -3,  /* a cuBLASLt call failed */
-    KCUDA_ENOALGO = -4,  /* cuBLASLt found no algorithm for this shape/alignment */
-    KCUDA_ENOMEM = -5    /* host or device allocation failed */
+    KCUDA_OK = HERR_OK,
+    KCUDA_EARG = HERR_ARG,         /* invalid argument (shape <= 0, NULL required pointer) */
+    KCUDA_ECUDA = HERR_DEVICE,     /* a CUDA runtime call or kernel launch failed */
+    KCUDA_ECUBLAS = HERR_DEVLIB,   /* a cuBLASLt call failed */
+    KCUDA_ENOALGO = HERR_NOALGO,   /* cuBLASLt found no algorithm for this shape/alignment */
+    KCUDA_ENOMEM = HERR_NOMEM      /* host or device allocation failed */
 };
 
 /* Creates a context on the current device: cuBLASLt handle, workspace_bytes of device

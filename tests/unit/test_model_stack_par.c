@@ -249,10 +249,10 @@ static int run_stack(tctx *x, stack *st, int d, int N, int row0, int Nl, float *
     return 0;
 }
 
-static void init_cfg(const tctx *x, stack_cfg *c)
+static void init_cfg(const tctx *x, stack_cfg *c, kdev *dev)
 {
     const layout *ly = &x->ly;
-    stack_cfg_init(c, &x->shape, 1, ly->E, ly->E ? ly->K : 0, ly->E ? ly->Fm : 0,
+    stack_cfg_init(c, dev, &x->shape, 1, ly->E, ly->E ? ly->K : 0, ly->E ? ly->Fm : 0,
                    ly->E ? ly->Fs : 0);
 }
 
@@ -269,7 +269,10 @@ static int rank_main(void *ctx, int r, comm *world, hearth_err *err)
     memset(&st, 0, sizeof st);
     int rc = ranks_grid_groups(&g, world, &tpc, &epc, err);
     stack_cfg c;
-    init_cfg(x, &c);
+    kdev *dev = NULL;   /* each rank thread its own device */
+    if (!rc && kdev_create(&dev, KDEV_CPU, err->msg, sizeof err->msg))
+        rc = HERR_NOMEM;
+    init_cfg(x, &c, dev);
     if (!rc)
         rc = stack_cfg_split(&c, "decoder", ly->tp, t, ly->ep, d, err);
     if (!rc)
@@ -285,6 +288,7 @@ static int rank_main(void *ctx, int r, comm *world, hearth_err *err)
                        &x->aux[r], err);
     }
     stack_free(&st);
+    kdev_free(dev);
     comm_free(epc);
     comm_free(tpc);
     return rc;
@@ -371,7 +375,9 @@ static void run_layout(const layout *ly)
         hearth_err err;
         stack_cfg c;
         stack st;
-        init_cfg(x, &c);
+        kdev *dev;
+        assert_int_equal(kdev_create(&dev, KDEV_CPU, NULL, 0), 0);
+        init_cfg(x, &c, dev);
         assert_int_equal(stack_init(&st, &c, L, &err), 0);
         attach(&st, x->full, x->gref, x);
         for (int d = 0; d < ly->ep; d++) {
@@ -381,6 +387,7 @@ static void run_layout(const layout *ly)
                 fail_msg("%s: reference failed: %s", ly->name, err.msg);
         }
         stack_free(&st);
+        kdev_free(dev);
     }
 
     /* the ranks' slices */
@@ -598,7 +605,9 @@ static void test_sp_uneven_tokens(void **state)
     assert_int_equal(comm_local_world_rank(w, 0, &h, &err), 0);
     stack_cfg c;
     stack st;
-    init_cfg(x, &c);
+    kdev *dev;
+    assert_int_equal(kdev_create(&dev, KDEV_CPU, NULL, 0), 0);
+    init_cfg(x, &c, dev);
     assert_int_equal(stack_cfg_split(&c, "decoder", 2, 1, 1, 0, &err), 0);
     assert_int_equal(stack_init(&st, &c, L, &err), 0);
     st.tp_comm = h;   /* never reached: the reservation fails first */
@@ -607,6 +616,7 @@ static void test_sp_uneven_tokens(void **state)
     assert_non_null(strstr(err.msg, "15"));
     assert_int_equal(stack_reserve(&st, 16, &err), 0);
     stack_free(&st);
+    kdev_free(dev);
     comm_free(h);
     comm_local_world_free(w);
     free(x);

@@ -39,36 +39,36 @@
 
 #include "model/internal.h"
 
-void norm_forward(norm_kind kind, float *out, float *mean, float *rstd, const float *inp,
-                  const float *w, const float *b, int N, int C, float eps)
+void norm_forward(kdev *dev, norm_kind kind, float *out, float *mean, float *rstd,
+                  const float *inp, const float *w, const float *b, int N, int C, float eps)
 {
     if (kind == NORM_LAYERNORM)
-        kcpu_layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps);
+        kdev_layernorm_forward(dev, out, mean, rstd, inp, w, b, N, C, eps);
     else
-        kcpu_rmsnorm_forward(out, rstd, inp, w, N, C, eps);
+        kdev_rmsnorm_forward(dev, out, rstd, inp, w, N, C, eps);
 }
 
-void norm_backward(norm_kind kind, float *dinp, float *dw, float *db, const float *dout,
-                   const float *inp, const float *w, const float *mean, const float *rstd,
-                   int N, int C)
+void norm_backward(kdev *dev, norm_kind kind, float *dinp, float *dw, float *db,
+                   const float *dout, const float *inp, const float *w, const float *mean,
+                   const float *rstd, int N, int C)
 {
     if (kind == NORM_LAYERNORM)
-        kcpu_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+        kdev_layernorm_backward(dev, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
     else
-        kcpu_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
+        kdev_rmsnorm_backward(dev, dinp, dw, dout, inp, w, rstd, N, C);
 }
 
-static void zero(float *x, size_t n)
+static void zero(kdev *dev, float *x, size_t n)
 {
-    if (n)
-        memset(x, 0, n * sizeof *x);
+    kdev_zero(dev, x, n * sizeof *x);
 }
 
-void stack_cfg_init(stack_cfg *c, const stack_shape *s, int causal, int E, int K, int Fm,
-                    int Fs)
+void stack_cfg_init(stack_cfg *c, kdev *dev, const stack_shape *s, int causal, int E, int K,
+                    int Fm, int Fs)
 {
     memset(c, 0, sizeof *c);
     c->s = s;
+    c->dev = dev;
     c->H = s->hidden;
     c->Hq = s->heads;
     c->Hkv = s->kv_heads;
@@ -152,13 +152,16 @@ void stack_free(stack *st)
 {
     if (!st)
         return;
+    kdev *dev = st->c.dev;
     for (int l = 0; st->layers && l < st->L; l++)
-        free(st->layers[l].ep_buf);
-    free(st->sc.ep_buf);
+        kdev_release(dev, st->layers[l].ep_buf);
+    kdev_release(dev, st->sc.ep_buf);
+    kdev_release(dev, st->sc.aux_d);
     free(st->layers);
     free(st->xs);
-    free(st->fbuf);
-    free(st->ibuf);
+    kdev_release(dev, st->fbuf);
+    kdev_release(dev, st->ibuf);
+    free(st->ibuf_h);
     memset(st, 0, sizeof *st);
 }
 
@@ -214,16 +217,14 @@ static int row_linear_forward(stack *st, fp8_layer *f8, int kind, float *out,
                               const float *inp, const float *w, const float *bias, int N,
                               int Nl, int K, int M, hearth_err *err)
 {
-    int rc = fp8_linear_forward(f8, kind, 0, N, out, inp, w, tp_on(st) ? NULL : bias, N, K,
+    int rc = fp8_linear_forward(st->c.dev, f8, kind, 0, N, out, inp, w, tp_on(st) ? NULL : bias, N, K,
                                 M, err);
     if (rc || !tp_on(st))
         return rc;
     rc = rows_reduce(st, out, N, Nl, M, err);
     if (rc || !bias)
         return rc;
-    float *o = own_rows(st, out, Nl, M);
-    for (int n = 0; n < Nl; n++)
-        kcpu_accumulate(o + (size_t)n * M, bias, (size_t)M);
+    kdev_add_bias(st->c.dev, own_rows(st, out, Nl, M), bias, Nl, M);
     return 0;
 }
 
@@ -239,10 +240,10 @@ static int row_linear_backward(stack *st, fp8_layer *f8, int kind, float *dinp, 
     if (rc)
         return rc;
     if (!sp_on(st))
-        return fp8_linear_backward(f8, kind, 0, dinp, dw, db, dyf, inp, w, N, K, M, err);
-    if ((rc = fp8_linear_backward(f8, kind, 0, dinp, dw, NULL, dyf, inp, w, N, K, M, err)))
+        return fp8_linear_backward(st->c.dev, f8, kind, 0, dinp, dw, db, dyf, inp, w, N, K, M, err);
+    if ((rc = fp8_linear_backward(st->c.dev, f8, kind, 0, dinp, dw, NULL, dyf, inp, w, N, K, M, err)))
         return rc;
-    kcpu_matmul_backward(NULL, NULL, db, dy, NULL, NULL, Nl, K, M);
+    kdev_matmul_backward(st->c.dev, NULL, NULL, db, dy, NULL, NULL, Nl, K, M);
     return 0;
 }
 
@@ -289,7 +290,7 @@ static float *take(layer_take *lt, int which, size_t n)
     return lt->buf[which];
 }
 
-static void stack_take(stack *st, farena *fa, iarena *ia, int N, int Nl)
+static void stack_take(stack *st, farena *fa, iarena *ia, iarena *ih, int N, int Nl)
 {
     const stack_cfg *c = &st->c;
     size_t n = (size_t)N, nl = (size_t)Nl;
@@ -318,7 +319,7 @@ static void stack_take(stack *st, farena *fa, iarena *ia, int N, int Nl)
         b->mean2 = take(&lt, SH_MEAN2, nl);
         b->rstd2 = take(&lt, SH_RSTD2, nl);
         if (b->moe) {
-            moe_take(c, b, fa, ia, N);
+            moe_take(c, b, fa, ia, ih, N);
             any_moe = 1;
         } else {
             b->u = take(&lt, SH_U, n * c->Fu);
@@ -328,11 +329,12 @@ static void stack_take(stack *st, farena *fa, iarena *ia, int N, int Nl)
     }
 
     stack_scratch *sc = &st->sc;
-    float *ep_buf = sc->ep_buf;     /* owned, outlives the carving */
+    float *ep_buf = sc->ep_buf, *aux_d = sc->aux_d;     /* owned, outlive the carving */
     size_t ep_cap = sc->ep_cap;
     memset(sc, 0, sizeof *sc);
     sc->ep_buf = ep_buf;
     sc->ep_cap = ep_cap;
+    sc->aux_d = aux_d;
     sc->qkv = fa_take(fa, n * c->QKV);
     sc->tmp = fa_take(fa, n * c->H);
     sc->dq = fa_take(fa, n * c->QD);
@@ -371,27 +373,42 @@ int stack_reserve(stack *st, int N, hearth_err *err)
         return 0;
     int Nl = local_tokens(st, N);
     farena fa = { NULL, 0 };
-    iarena ia = { NULL, 0 };
-    stack_take(st, &fa, &ia, N, Nl);
-    free(st->fbuf);
-    free(st->ibuf);
-    st->fbuf = calloc(fa.used ? fa.used : 1, sizeof(float));
-    st->ibuf = calloc(ia.used ? ia.used : 1, sizeof(int));
-    if (!st->fbuf || !st->ibuf) {
-        free(st->fbuf);
-        free(st->ibuf);
+    iarena ia = { NULL, 0 }, ih = { NULL, 0 };
+    stack_take(st, &fa, &ia, &ih, N, Nl);
+    kdev *dev = st->c.dev;
+    kdev_release(dev, st->fbuf);
+    kdev_release(dev, st->ibuf);
+    free(st->ibuf_h);
+    st->fbuf = NULL;
+    st->ibuf = NULL;
+    st->cap = 0;
+    st->ibuf_h = calloc(ih.used ? ih.used : 1, sizeof(int));
+    int rc = st->sc.aux_d ? 0 : dev_alloc(dev, (void **)&st->sc.aux_d, sizeof(float),
+                                          "activations", err);
+    if (!rc)
+        rc = dev_alloc(dev, (void **)&st->fbuf, fa.used * sizeof(float), "activations", err);
+    if (!rc)
+        rc = dev_alloc(dev, (void **)&st->ibuf, ia.used * sizeof(int), "activations", err);
+    if (!rc && !st->ibuf_h)
+        rc = herr_set(err, HERR_NOMEM, "model: out of memory");
+    if (rc) {
+        kdev_release(dev, st->fbuf);
+        kdev_release(dev, st->ibuf);
+        free(st->ibuf_h);
         st->fbuf = NULL;
         st->ibuf = NULL;
-        st->cap = 0;
-        return herr_set(err, HERR_NOMEM, "model: out of memory for activations of %d "
-                        "tokens (%zu floats)", N, fa.used);
+        st->ibuf_h = NULL;
+        return herr_prefix(err, rc, "model: activations of %d tokens (%zu floats)", N,
+                           fa.used);
     }
     st->fbuf_floats = fa.used;
     fa.base = st->fbuf;
     fa.used = 0;
     ia.base = st->ibuf;
     ia.used = 0;
-    stack_take(st, &fa, &ia, N, Nl);
+    ih.base = st->ibuf_h;
+    ih.used = 0;
+    stack_take(st, &fa, &ia, &ih, N, Nl);
     st->cap = N;
     return 0;
 }
@@ -406,7 +423,7 @@ static int attn_norm_forward(stack *st, block *b, const float *x, const stack_ct
     const stack_shape *s = c->s;
     int Nl = ctx->N_local;
     float *h1l = own_rows(st, b->h1, Nl, c->H);
-    norm_forward(s->norm, h1l, b->mean1, b->rstd1, x, b->p.attn_norm_w, b->p.attn_norm_b, Nl,
+    norm_forward(c->dev, s->norm, h1l, b->mean1, b->rstd1, x, b->p.attn_norm_w, b->p.attn_norm_b, Nl,
                  c->H, s->norm_eps);
     return rows_gather(st, h1l, b->h1, Nl, c->H, h1, err);
 }
@@ -423,44 +440,49 @@ static int attn_forward(stack *st, block *b, const float *x, const stack_ctx *ct
     int rc = attn_norm_forward(st, b, x, ctx, &h1, err);
     if (rc)
         return rc;
-    if ((rc = fp8_linear_forward(p->fp8, FP8_QKV, 0, N, sc->qkv, h1, p->qkv_w, p->qkv_b, N,
+    if ((rc = fp8_linear_forward(st->c.dev, p->fp8, FP8_QKV, 0, N, sc->qkv, h1, p->qkv_w, p->qkv_b, N,
                                  c->H, c->QKV, err)))
         return rc;
 
     /* Split the fused rows into the contiguous [N, heads, D] arrays attention reads. */
+    kdev *dev = c->dev;
     float *qd = s->qk_norm ? b->qr : b->q;
     float *kd = s->qk_norm ? b->kr : b->k;
-    for (int n = 0; n < N; n++) {
-        const float *row = sc->qkv + (size_t)n * c->QKV;
-        memcpy(qd + (size_t)n * c->QD, row, (size_t)c->QD * sizeof(float));
-        memcpy(kd + (size_t)n * c->KD, row + c->QD, (size_t)c->KD * sizeof(float));
-        memcpy(b->v + (size_t)n * c->KD, row + c->QD + c->KD, (size_t)c->KD * sizeof(float));
-    }
+    size_t row = (size_t)c->QKV * sizeof(float), fq = sizeof(float) * (size_t)c->QD,
+           fk = sizeof(float) * (size_t)c->KD;
+    kdev_copy_2d(dev, qd, fq, sc->qkv, row, fq, (size_t)N);
+    kdev_copy_2d(dev, kd, fk, sc->qkv + c->QD, row, fk, (size_t)N);
+    kdev_copy_2d(dev, b->v, fk, sc->qkv + c->QD + c->KD, row, fk, (size_t)N);
     if (s->qk_norm) {
-        kcpu_rmsnorm_forward(b->q, b->qrs, b->qr, p->q_norm_w, N * c->Hq, c->D, s->norm_eps);
-        kcpu_rmsnorm_forward(b->k, b->krs, b->kr, p->k_norm_w, N * c->Hkv, c->D, s->norm_eps);
+        kdev_rmsnorm_forward(dev, b->q, b->qrs, b->qr, p->q_norm_w, N * c->Hq, c->D,
+                             s->norm_eps);
+        kdev_rmsnorm_forward(dev, b->k, b->krs, b->kr, p->k_norm_w, N * c->Hkv, c->D,
+                             s->norm_eps);
     }
     if (c->rope) {
-        kcpu_rope_forward(b->q, ctx->cos, ctx->sin, N, c->Hq, c->D);
-        kcpu_rope_forward(b->k, ctx->cos, ctx->sin, N, c->Hkv, c->D);
+        kdev_rope_forward(dev, b->q, ctx->cos, ctx->sin, N, c->Hq, c->D);
+        kdev_rope_forward(dev, b->k, ctx->cos, ctx->sin, N, c->Hkv, c->D);
     }
     const int *cu = b->full_attn ? ctx->cu_full : ctx->cu;
     int nseq = b->full_attn ? ctx->nseq_full : ctx->nseq;
+    int maxs = b->full_attn ? ctx->max_seq_full : ctx->max_seq;
     if (st->cp_comm)
-        rc = cp_attention_forward(st->cp_comm, sc->ring, b->att, b->lse, b->q, b->k, b->v, cu,
-                                  nseq, ctx->cp_pos, N, c->Hq, c->Hkv, c->D, err);
+        rc = cp_attention_forward(dev, st->cp_comm, sc->ring, b->att, b->lse, b->q, b->k,
+                                  b->v, cu, nseq, maxs, ctx->cp_pos, N, c->Hq, c->Hkv, c->D,
+                                  err);
     else if (ctx->cc)
-        chunk_attention_forward(ctx->cc, (int)(b - st->layers), ctx->chunk, b->att, b->lse,
-                                b->q, b->k, b->v, cu, nseq, N, c->Hq, c->Hkv, c->D, c->causal);
+        chunk_attention_forward(dev, ctx->cc, (int)(b - st->layers), ctx->chunk, b->att,
+                                b->lse, b->q, b->k, b->v, cu, nseq, N, c->Hq, c->Hkv, c->D,
+                                c->causal);
     else
-        kcpu_attention_forward(b->att, b->lse, b->q, b->k, b->v, cu, nseq, c->Hq, c->Hkv,
-                               c->D, c->causal);
+        kdev_attention_forward(dev, b->att, b->lse, b->q, b->k, b->v, cu, nseq, maxs, c->Hq,
+                               c->Hkv, c->D, c->causal);
     if (rc)
         return rc;
     if ((rc = row_linear_forward(st, p->fp8, FP8_PROJ, sc->tmp, b->att, p->proj_w, p->proj_b, N, Nl, c->QD,
                                  c->H, err)))
         return rc;
-    kcpu_add(b->x1, x, own_rows(st, sc->tmp, Nl, c->H), (size_t)Nl * c->H);
+    kdev_add(dev, b->x1, x, own_rows(st, sc->tmp, Nl, c->H), (size_t)Nl * c->H);
     return 0;
 }
 
@@ -473,7 +495,7 @@ static int mlp_norm_forward(stack *st, block *b, const stack_ctx *ctx, const flo
     int Nl = ctx->N_local;
     float *h2l = own_rows(st, b->h2, Nl, c->H);
     b->aux = 0;
-    norm_forward(s->norm, h2l, b->mean2, b->rstd2, b->x1, b->p.mlp_norm_w, b->p.mlp_norm_b,
+    norm_forward(c->dev, s->norm, h2l, b->mean2, b->rstd2, b->x1, b->p.mlp_norm_w, b->p.mlp_norm_b,
                  Nl, c->H, s->norm_eps);
     return rows_gather(st, h2l, b->h2, Nl, c->H, h2, err);
 }
@@ -481,15 +503,16 @@ static int mlp_norm_forward(stack *st, block *b, const stack_ctx *ctx, const flo
 /* out = x1 + this rank's rows of the MLP output (in sc.tmp). */
 static void mlp_residual(stack *st, block *b, float *out, int Nl)
 {
-    kcpu_add(out, b->x1, own_rows(st, st->sc.tmp, Nl, st->c.H), (size_t)Nl * st->c.H);
+    kdev_add(st->c.dev, out, b->x1, own_rows(st, st->sc.tmp, Nl, st->c.H),
+             (size_t)Nl * st->c.H);
 }
 
 static void mlp_act_forward(const stack_cfg *c, block *b, int N)
 {
     if (c->s->mlp == MLP_SWIGLU)
-        kcpu_swiglu_forward(b->a, b->u, N, c->F);
+        kdev_swiglu_forward(c->dev, b->a, b->u, N, c->F);
     else
-        kcpu_gelu_forward(b->a, b->u, (size_t)N * c->F, c->gelu);
+        kdev_gelu_forward(c->dev, b->a, b->u, (size_t)N * c->F, c->gelu);
 }
 
 static int dense_mlp_forward(stack *st, block *b, float *out, const stack_ctx *ctx,
@@ -501,7 +524,7 @@ static int dense_mlp_forward(stack *st, block *b, float *out, const stack_ctx *c
     const float *h2;
     if ((rc = mlp_norm_forward(st, b, ctx, &h2, err)))
         return rc;
-    if ((rc = fp8_linear_forward(p->fp8, FP8_FC1, 0, N, b->u, h2, p->fc1_w, p->fc1_b, N,
+    if ((rc = fp8_linear_forward(st->c.dev, p->fp8, FP8_FC1, 0, N, b->u, h2, p->fc1_w, p->fc1_b, N,
                                  c->H, c->Fu, err)))
         return rc;
     mlp_act_forward(c, b, N);
@@ -605,7 +628,7 @@ int stack_forward_pair(stack *const st[2], const stack_ctx *const ctx[2], double
         for (int j = 0; j < n; j++)
             aux[j] += st[j]->layers[l].aux;
     }
-    return 0;
+    return dev_check(st[0]->c.dev, err);
 }
 
 int stack_forward(stack *st, const stack_ctx *ctx, double *aux, hearth_err *err)
@@ -644,7 +667,7 @@ static int recompute_layer(stack *st, int l, const stack_ctx *ctx, hearth_err *e
     if (b->moe)
         return 0;
     if (rec == RECOMPUTE_FULL &&
-        (rc = fp8_linear_forward(b->p.fp8, FP8_FC1, 0, ctx->N, b->u, h2, b->p.fc1_w,
+        (rc = fp8_linear_forward(st->c.dev, b->p.fp8, FP8_FC1, 0, ctx->N, b->u, h2, b->p.fc1_w,
                                  b->p.fc1_b, ctx->N, c->H, c->Fu, err)))
         return rc;
     mlp_act_forward(c, b, ctx->N);
@@ -659,7 +682,7 @@ static void mlp_norm_backward(stack *st, block *b, const stack_ctx *ctx)
     const stack_cfg *c = &st->c;
     stack_scratch *sc = &st->sc;
     int Nl = ctx->N_local;
-    norm_backward(c->s->norm, sc->dres, b->g.mlp_norm_w, b->g.mlp_norm_b,
+    norm_backward(c->dev, c->s->norm, sc->dres, b->g.mlp_norm_w, b->g.mlp_norm_b,
                   own_rows(st, sc->tmp, Nl, c->H), b->x1, b->p.mlp_norm_w, b->mean2,
                   b->rstd2, Nl, c->H);
 }
@@ -672,17 +695,17 @@ static int dense_mlp_backward(stack *st, block *b, const stack_ctx *ctx, hearth_
     const block_params *p = &b->p, *g = &b->g;
     int N = ctx->N, Nl = ctx->N_local, rc;
     float *dh = sc->tmp;
-    zero(dh, (size_t)N * c->H);
-    zero(sc->da, (size_t)N * c->F);
+    zero(c->dev, dh, (size_t)N * c->H);
+    zero(c->dev, sc->da, (size_t)N * c->F);
     if ((rc = row_linear_backward(st, p->fp8, FP8_FC2, sc->da, g->fc2_w, g->fc2_b, sc->dres, b->a, p->fc2_w,
                                   N, Nl, c->F, c->H, err)))
         return rc;
-    zero(sc->du, (size_t)N * c->Fu);
+    zero(c->dev, sc->du, (size_t)N * c->Fu);
     if (s->mlp == MLP_SWIGLU)
-        kcpu_swiglu_backward(sc->du, sc->da, b->u, N, c->F);
+        kdev_swiglu_backward(c->dev, sc->du, sc->da, b->u, N, c->F);
     else
-        kcpu_gelu_backward(sc->du, sc->da, b->u, (size_t)N * c->F, c->gelu);
-    if ((rc = fp8_linear_backward(p->fp8, FP8_FC1, 0, dh, g->fc1_w, g->fc1_b, sc->du, b->h2,
+        kdev_gelu_backward(c->dev, sc->du, sc->da, b->u, (size_t)N * c->F, c->gelu);
+    if ((rc = fp8_linear_backward(st->c.dev, p->fp8, FP8_FC1, 0, dh, g->fc1_w, g->fc1_b, sc->du, b->h2,
                                   p->fc1_w, N, c->H, c->Fu, err)))
         return rc;
     if ((rc = rows_reduce(st, dh, N, Nl, c->H, err)))
@@ -700,57 +723,59 @@ static int attn_backward(stack *st, block *b, const float *x, const stack_ctx *c
     const block_params *p = &b->p, *g = &b->g;
     int N = ctx->N, Nl = ctx->N_local, rc;
     size_t nq = (size_t)N * c->QD, nk = (size_t)N * c->KD;
+    kdev *dev = c->dev;
 
-    zero(sc->datt, nq);
+    zero(dev, sc->datt, nq);
     if ((rc = row_linear_backward(st, p->fp8, FP8_PROJ, sc->datt, g->proj_w, g->proj_b, sc->dres, b->att,
                                   p->proj_w, N, Nl, c->QD, c->H, err)))
         return rc;
-    zero(sc->dq, nq);
-    zero(sc->dk, nk);
-    zero(sc->dv, nk);
+    zero(dev, sc->dq, nq);
+    zero(dev, sc->dk, nk);
+    zero(dev, sc->dv, nk);
     const int *cu = b->full_attn ? ctx->cu_full : ctx->cu;
     int nseq = b->full_attn ? ctx->nseq_full : ctx->nseq;
+    int maxs = b->full_attn ? ctx->max_seq_full : ctx->max_seq;
     if (st->cp_comm &&
-        (rc = cp_attention_backward(st->cp_comm, sc->ring, sc->dq, sc->dk, sc->dv, sc->datt,
-                                    b->q, b->k, b->v, b->att, b->lse, cu, nseq, ctx->cp_pos,
-                                    N, c->Hq, c->Hkv, c->D, err)))
+        (rc = cp_attention_backward(dev, st->cp_comm, sc->ring, sc->dq, sc->dk, sc->dv,
+                                    sc->datt, b->q, b->k, b->v, b->att, b->lse, cu, nseq,
+                                    maxs, ctx->cp_pos, N, c->Hq, c->Hkv, c->D, err)))
         return rc;
     if (!st->cp_comm && ctx->cc)
-        chunk_attention_backward(ctx->cc, (int)(b - st->layers), ctx->chunk, sc->dq, sc->dk,
-                                 sc->dv, sc->datt, b->q, b->k, b->v, b->att, b->lse, cu, nseq,
-                                 N, c->Hq, c->Hkv, c->D, c->causal);
+        chunk_attention_backward(dev, ctx->cc, (int)(b - st->layers), ctx->chunk, sc->dq,
+                                 sc->dk, sc->dv, sc->datt, b->q, b->k, b->v, b->att, b->lse,
+                                 cu, nseq, N, c->Hq, c->Hkv, c->D, c->causal);
     else if (!st->cp_comm)
-        kcpu_attention_backward(sc->dq, sc->dk, sc->dv, sc->datt, b->q, b->k, b->v, b->att,
-                                b->lse, cu, nseq, c->Hq, c->Hkv, c->D, c->causal);
+        kdev_attention_backward(dev, sc->dq, sc->dk, sc->dv, sc->datt, b->q, b->k, b->v,
+                                b->att, b->lse, cu, nseq, maxs, c->Hq, c->Hkv, c->D,
+                                c->causal);
     if (c->rope) {
-        kcpu_rope_backward(sc->dq, ctx->cos, ctx->sin, N, c->Hq, c->D);
-        kcpu_rope_backward(sc->dk, ctx->cos, ctx->sin, N, c->Hkv, c->D);
+        kdev_rope_backward(dev, sc->dq, ctx->cos, ctx->sin, N, c->Hq, c->D);
+        kdev_rope_backward(dev, sc->dk, ctx->cos, ctx->sin, N, c->Hkv, c->D);
     }
     const float *dqd = sc->dq, *dkd = sc->dk;
     if (s->qk_norm) {
-        zero(sc->dqr, nq);
-        zero(sc->dkr, nk);
-        kcpu_rmsnorm_backward(sc->dqr, g->q_norm_w, sc->dq, b->qr, p->q_norm_w, b->qrs,
+        zero(dev, sc->dqr, nq);
+        zero(dev, sc->dkr, nk);
+        kdev_rmsnorm_backward(dev, sc->dqr, g->q_norm_w, sc->dq, b->qr, p->q_norm_w, b->qrs,
                               N * c->Hq, c->D);
-        kcpu_rmsnorm_backward(sc->dkr, g->k_norm_w, sc->dk, b->kr, p->k_norm_w, b->krs,
+        kdev_rmsnorm_backward(dev, sc->dkr, g->k_norm_w, sc->dk, b->kr, p->k_norm_w, b->krs,
                               N * c->Hkv, c->D);
         dqd = sc->dqr;
         dkd = sc->dkr;
     }
-    for (int n = 0; n < N; n++) {
-        float *row = sc->qkv + (size_t)n * c->QKV;
-        memcpy(row, dqd + (size_t)n * c->QD, (size_t)c->QD * sizeof(float));
-        memcpy(row + c->QD, dkd + (size_t)n * c->KD, (size_t)c->KD * sizeof(float));
-        memcpy(row + c->QD + c->KD, sc->dv + (size_t)n * c->KD, (size_t)c->KD * sizeof(float));
-    }
+    size_t row = (size_t)c->QKV * sizeof(float), fq = sizeof(float) * (size_t)c->QD,
+           fk = sizeof(float) * (size_t)c->KD;
+    kdev_copy_2d(dev, sc->qkv, row, dqd, fq, fq, (size_t)N);
+    kdev_copy_2d(dev, sc->qkv + c->QD, row, dkd, fk, fk, (size_t)N);
+    kdev_copy_2d(dev, sc->qkv + c->QD + c->KD, row, sc->dv, fk, fk, (size_t)N);
     float *dh = sc->tmp;
-    zero(dh, (size_t)N * c->H);
-    if ((rc = fp8_linear_backward(p->fp8, FP8_QKV, 0, dh, g->qkv_w, g->qkv_b, sc->qkv, b->h1,
+    zero(dev, dh, (size_t)N * c->H);
+    if ((rc = fp8_linear_backward(st->c.dev, p->fp8, FP8_QKV, 0, dh, g->qkv_w, g->qkv_b, sc->qkv, b->h1,
                                   p->qkv_w, N, c->H, c->QKV, err)))
         return rc;
     if ((rc = rows_reduce(st, dh, N, Nl, c->H, err)))
         return rc;
-    norm_backward(s->norm, sc->dres, g->attn_norm_w, g->attn_norm_b, own_rows(st, dh, Nl, c->H),
+    norm_backward(dev, s->norm, sc->dres, g->attn_norm_w, g->attn_norm_b, own_rows(st, dh, Nl, c->H),
                   x, p->attn_norm_w, b->mean1, b->rstd1, Nl, c->H);
     return 0;
 }
@@ -782,7 +807,7 @@ static int backward_node(stack *st, int l, int k, const stack_ctx *ctx, float au
     default:
         if (!b->moe)
             return 0;
-        zero(sc->tmp, (size_t)ctx->N * c->H);
+        zero(c->dev, sc->tmp, (size_t)ctx->N * c->H);
         if ((rc = moe_backward_combine(c, b, sc, st->ep_comm, sc->dmoe, sc->tmp, ctx->N,
                                        aux_scale, err)))
             return rc;
@@ -813,7 +838,7 @@ int stack_backward_pair(stack *const st[2], const stack_ctx *const ctx[2], float
                 return rc;
         }
     }
-    return 0;
+    return dev_check(st[0]->c.dev, err);
 }
 
 int stack_backward(stack *st, const stack_ctx *ctx, float aux_scale, hearth_err *err)

@@ -16,52 +16,53 @@
  *             into their slots, then its own slot, complete since every later chunk is
  *             done, into its dk, dv. */
 #include <math.h>
-#include <string.h>
 
 #include "model/internal.h"
 
-void chunk_attention_forward(const chunk_cache *cc, int l, int j, float *att, float *lse,
-                             const float *q, const float *k, const float *v, const int *cu,
-                             int nseq, int N, int Hq, int Hkv, int D, int causal)
+void chunk_attention_forward(kdev *dev, const chunk_cache *cc, int l, int j, float *att,
+                             float *lse, const float *q, const float *k, const float *v,
+                             const int *cu, int nseq, int N, int Hq, int Hkv, int D,
+                             int causal)
 {
     const int *qpos = cc->pos + (size_t)j * N;
-    for (size_t i = 0; i < (size_t)N * Hq; i++)
-        lse[i] = -INFINITY;
+    int C = cc->C;   /* every sequence has C tokens in every chunk */
+    kdev_fill(dev, lse, (size_t)N * Hq, -INFINITY);
     for (int i = 0; i < j; i++)
-        kcpu_attention_block_forward(att, lse, q, chunk_cache_at(cc, l, 0, i),
+        kdev_attention_block_forward(dev, att, lse, q, chunk_cache_at(cc, l, 0, i),
                                      chunk_cache_at(cc, l, 1, i), cu, qpos, cu,
-                                     cc->pos + (size_t)i * N, nseq, Hq, Hkv, D, causal);
-    kcpu_attention_block_forward(att, lse, q, k, v, cu, qpos, cu, qpos, nseq, Hq, Hkv, D,
-                                 causal);
+                                     cc->pos + (size_t)i * N, nseq, C, C, Hq, Hkv, D, causal);
+    kdev_attention_block_forward(dev, att, lse, q, k, v, cu, qpos, cu, qpos, nseq, C, C, Hq,
+                                 Hkv, D, causal);
     if (j < cc->K - 1) {
-        memcpy(chunk_cache_at(cc, l, 0, j), k, (size_t)N * Hkv * D * sizeof(float));
-        memcpy(chunk_cache_at(cc, l, 1, j), v, (size_t)N * Hkv * D * sizeof(float));
+        kdev_copy(dev, chunk_cache_at(cc, l, 0, j), k, (size_t)N * Hkv * D * sizeof(float));
+        kdev_copy(dev, chunk_cache_at(cc, l, 1, j), v, (size_t)N * Hkv * D * sizeof(float));
     }
 }
 
-void chunk_attention_backward(const chunk_cache *cc, int l, int j, float *dq, float *dk,
-                              float *dv, const float *datt, const float *q, const float *k,
-                              const float *v, const float *att, const float *lse,
-                              const int *cu, int nseq, int N, int Hq, int Hkv, int D,
-                              int causal)
+void chunk_attention_backward(kdev *dev, const chunk_cache *cc, int l, int j, float *dq,
+                              float *dk, float *dv, const float *datt, const float *q,
+                              const float *k, const float *v, const float *att,
+                              const float *lse, const int *cu, int nseq, int N, int Hq,
+                              int Hkv, int D, int causal)
 {
     size_t nk = (size_t)N * Hkv * D;
     const int *qpos = cc->pos + (size_t)j * N;
+    int C = cc->C;
     if (j == cc->K - 1)
         for (int i = 0; i < j; i++) {
-            memset(chunk_cache_at(cc, l, 2, i), 0, nk * sizeof(float));
-            memset(chunk_cache_at(cc, l, 3, i), 0, nk * sizeof(float));
+            kdev_zero(dev, chunk_cache_at(cc, l, 2, i), nk * sizeof(float));
+            kdev_zero(dev, chunk_cache_at(cc, l, 3, i), nk * sizeof(float));
         }
-    kcpu_attention_block_backward(dq, dk, dv, datt, q, k, v, att, lse, cu, qpos, cu, qpos,
-                                  nseq, Hq, Hkv, D, causal);
+    kdev_attention_block_backward(dev, dq, dk, dv, datt, q, k, v, att, lse, cu, qpos, cu,
+                                  qpos, nseq, C, C, Hq, Hkv, D, causal);
     for (int i = 0; i < j; i++)
-        kcpu_attention_block_backward(dq, chunk_cache_at(cc, l, 2, i),
+        kdev_attention_block_backward(dev, dq, chunk_cache_at(cc, l, 2, i),
                                       chunk_cache_at(cc, l, 3, i), datt, q,
                                       chunk_cache_at(cc, l, 0, i), chunk_cache_at(cc, l, 1, i),
-                                      att, lse, cu, qpos, cu, cc->pos + (size_t)i * N, nseq,
-                                      Hq, Hkv, D, causal);
+                                      att, lse, cu, qpos, cu, cc->pos + (size_t)i * N, nseq, C,
+                                      C, Hq, Hkv, D, causal);
     if (j < cc->K - 1) {
-        kcpu_accumulate(dk, chunk_cache_at(cc, l, 2, j), nk);
-        kcpu_accumulate(dv, chunk_cache_at(cc, l, 3, j), nk);
+        kdev_accumulate(dev, dk, chunk_cache_at(cc, l, 2, j), nk);
+        kdev_accumulate(dev, dv, chunk_cache_at(cc, l, 3, j), nk);
     }
 }

@@ -15,23 +15,22 @@
  *             rank's queries.  dq stays local.
  * Every rank of the group makes the same sequence of sendrecvs (one per shift). */
 #include <math.h>
-#include <string.h>
 
 #include "model/internal.h"
 
 #define CP_TAG 0x4350   /* "CP" */
 
-int cp_attention_forward(comm *cp, float *ring, float *att, float *lse, const float *q,
-                         const float *k, const float *v, const int *cu, int nseq,
-                         const int *cp_pos, int N, int Hq, int Hkv, int D, hearth_err *err)
+int cp_attention_forward(kdev *dev, comm *cp, float *ring, float *att, float *lse,
+                         const float *q, const float *k, const float *v, const int *cu,
+                         int nseq, int max_seq, const int *cp_pos, int N, int Hq, int Hkv,
+                         int D, hearth_err *err)
 {
     int n = comm_size(cp), c = comm_rank(cp);
     size_t kd = (size_t)N * Hkv * D;
     float *cur = ring, *nxt = ring + 2 * kd;
-    for (size_t i = 0; i < (size_t)N * Hq; i++)
-        lse[i] = -INFINITY;
-    memcpy(cur, k, kd * sizeof(float));
-    memcpy(cur + kd, v, kd * sizeof(float));
+    kdev_fill(dev, lse, (size_t)N * Hq, -INFINITY);
+    kdev_copy(dev, cur, k, kd * sizeof(float));
+    kdev_copy(dev, cur + kd, v, kd * sizeof(float));
     for (int step = 0; step < n; step++) {
         int src = ((c - step) % n + n) % n;
         if (step + 1 < n) {
@@ -40,31 +39,34 @@ int cp_attention_forward(comm *cp, float *ring, float *att, float *lse, const fl
             if (rc)
                 return herr_prefix(err, rc, "decoder: context-parallel attention");
         }
-        kcpu_attention_block_forward(att, lse, q, cur, cur + kd, cu, cp_pos + (size_t)c * N,
-                                     cu, cp_pos + (size_t)src * N, nseq, Hq, Hkv, D, 1);
+        kdev_attention_block_forward(dev, att, lse, q, cur, cur + kd, cu,
+                                     cp_pos + (size_t)c * N, cu, cp_pos + (size_t)src * N,
+                                     nseq, max_seq, max_seq, Hq, Hkv, D, 1);
         float *t = cur;
         cur = nxt;
         nxt = t;
     }
-    return 0;
+    return dev_check(dev, err);
 }
 
-int cp_attention_backward(comm *cp, float *ring, float *dq, float *dk, float *dv,
+int cp_attention_backward(kdev *dev, comm *cp, float *ring, float *dq, float *dk, float *dv,
                           const float *datt, const float *q, const float *k, const float *v,
                           const float *att, const float *lse, const int *cu, int nseq,
-                          const int *cp_pos, int N, int Hq, int Hkv, int D, hearth_err *err)
+                          int max_seq, const int *cp_pos, int N, int Hq, int Hkv, int D,
+                          hearth_err *err)
 {
     int n = comm_size(cp), c = comm_rank(cp);
     size_t kd = (size_t)N * Hkv * D;
     float *cur = ring, *nxt = ring + 4 * kd;
-    memcpy(cur, k, kd * sizeof(float));
-    memcpy(cur + kd, v, kd * sizeof(float));
-    memset(cur + 2 * kd, 0, 2 * kd * sizeof(float));
+    kdev_copy(dev, cur, k, kd * sizeof(float));
+    kdev_copy(dev, cur + kd, v, kd * sizeof(float));
+    kdev_zero(dev, cur + 2 * kd, 2 * kd * sizeof(float));
     for (int step = 0; step < n; step++) {
         int src = ((c - step) % n + n) % n;
-        kcpu_attention_block_backward(dq, cur + 2 * kd, cur + 3 * kd, datt, q, cur, cur + kd,
-                                      att, lse, cu, cp_pos + (size_t)c * N, cu,
-                                      cp_pos + (size_t)src * N, nseq, Hq, Hkv, D, 1);
+        kdev_attention_block_backward(dev, dq, cur + 2 * kd, cur + 3 * kd, datt, q, cur,
+                                      cur + kd, att, lse, cu, cp_pos + (size_t)c * N, cu,
+                                      cp_pos + (size_t)src * N, nseq, max_seq, max_seq, Hq,
+                                      Hkv, D, 1);
         int rc = comm_sendrecv(cp, cur, 4 * kd, (c + 1) % n, nxt, 4 * kd, (c + n - 1) % n,
                                COMM_F32, CP_TAG, err);
         if (rc)
@@ -74,7 +76,7 @@ int cp_attention_backward(comm *cp, float *ring, float *dq, float *dk, float *dv
         nxt = t;
     }
     /* cur is this rank's own block again, carrying every rank's share */
-    kcpu_accumulate(dk, cur + 2 * kd, kd);
-    kcpu_accumulate(dv, cur + 3 * kd, kd);
-    return 0;
+    kdev_accumulate(dev, dk, cur + 2 * kd, kd);
+    kdev_accumulate(dev, dv, cur + 3 * kd, kd);
+    return dev_check(dev, err);
 }

@@ -27,36 +27,67 @@
 
 #include "model/internal.h"
 
+/* Logits held at once by the head: 16 MiB on the cpu; on a GPU 256 MiB, since every
+ * chunk costs a host round trip for its loss and small GEMMs leave the GPU idle. */
 #define HEAD_CHUNK_FLOATS (1 << 22)
+#define HEAD_CHUNK_FLOATS_GPU (1 << 26)
 
-static int head_chunk(int vocab)
+static int head_chunk(const kdev *dev, int vocab)
 {
-    int c = HEAD_CHUNK_FLOATS / (vocab > 0 ? vocab : 1);
+    int floats = kdev_get_kind(dev) == KDEV_CPU ? HEAD_CHUNK_FLOATS : HEAD_CHUNK_FLOATS_GPU;
+    int c = floats / (vocab > 0 ? vocab : 1);
     return c < 1 ? 1 : c;
 }
 
-/* N: this rank's tokens (the micro batch's Nf / cp). */
-static void take(decoder_part *d, farena *fa, iarena *ia, int N, int Nf, int chunk)
+/* The decoder's buffers beside its stack's, carved from four arenas: host ints (ia) and
+ * floats (ha: RoPE tables, head statistics), device ints (da) and floats (fa).
+ * N: this rank's tokens (the micro batch's Nf / cp). */
+typedef struct {
+    farena fa, ha;
+    iarena ia, da;
+    size_t doubles;         /* host lse + csum, and their device copies */
+} dec_arenas;
+
+static void take(decoder_part *d, dec_arenas *a, int N, int Nf, int chunk)
 {
     const stack_cfg *c = &d->st.c;
     size_t n = (size_t)N, nf = (size_t)Nf, ch = (size_t)chunk, V = (size_t)(d->v1 - d->v0);
-    size_t nl = (size_t)(d->sp ? N / d->tp : N);
+    size_t nl = (size_t)(d->sp ? N / d->tp : N), half = (size_t)c->D / 2;
+    int sliced = d->cp > 1 || d->seq_chunks > 1;   /* local rows are not the micro batch */
+    iarena *ia = &a->ia, *da = &a->da;
+    farena *fa = &a->fa, *ha = &a->ha;
     d->ids = ia_take(ia, n);
     d->tgt = ia_take(ia, n);
     d->imgk = ia_take(ia, n);
     d->lrow = ia_take(ia, n);
     d->cp_pos = d->cp > 1 ? ia_take(ia, (size_t)d->cp * n) : NULL;
-    int sliced = d->cp > 1 || d->seq_chunks > 1;   /* local rows are not the micro batch */
     d->cu = ia_take(ia, n + 1);
     d->pos3 = ia_take(ia, 3 * nf);
     d->pos1 = ia_take(ia, nf);
     d->trow = ia_take(ia, n);
-    d->tchunk = ia_take(ia, ch);
-    d->cos = fa_take(fa, nf * (c->D / 2));
-    d->sin = fa_take(fa, nf * (c->D / 2));
-    d->cosl = sliced ? fa_take(fa, n * (c->D / 2)) : d->cos;
-    d->sinl = sliced ? fa_take(fa, n * (c->D / 2)) : d->sin;
+    d->ttgt = ia_take(ia, n);
+    d->erow = ia_take(ia, n);
+    d->prow = ia_take(ia, n);
+    d->imgdst = ia_take(ia, nf);   /* image rows of the whole micro batch: < Nf */
+    d->cp_pos_d = d->cp > 1 ? ia_take(da, (size_t)d->cp * n) : NULL;
+    d->cu_d = ia_take(da, n + 1);
+    d->trow_d = ia_take(da, n);
+    d->ttgt_d = ia_take(da, n);
+    d->erow_d = ia_take(da, n);
+    d->prow_d = ia_take(da, n);
+    d->imgk_d = ia_take(da, n);
+    d->imgdst_d = ia_take(da, nf);
+    d->cos = fa_take(ha, nf * half);
+    d->sin = fa_take(ha, nf * half);
+    d->cosl = sliced ? fa_take(ha, n * half) : d->cos;
+    d->sinl = sliced ? fa_take(ha, n * half) : d->sin;
+    d->cmax_h = fa_take(ha, ch);
+    d->losses_h = fa_take(ha, ch);
+    d->cos_d = fa_take(fa, n * half);
+    d->sin_d = fa_take(fa, n * half);
     d->xg = d->tp > 1 ? fa_take(fa, n * c->H) : NULL;
+    d->pbuf = d->sh->s.pos == POS_LEARNED ? fa_take(fa, nl * c->H) : NULL;
+    a->doubles = n + 2 * ch;
     if (!d->has_head) {
         d->hl = d->hf = d->meanf = d->rstdf = d->dhf = d->dhl = NULL;
         d->hc = d->dhc = d->logits = d->dlogits = d->losses = d->cmax = NULL;
@@ -76,6 +107,30 @@ static void take(decoder_part *d, farena *fa, iarena *ia, int N, int Nf, int chu
     d->cmax = fa_take(fa, ch);
 }
 
+static void release_buffers(decoder_part *d)
+{
+    kdev *dev = d->st.c.dev;
+    kdev_release(dev, d->fbuf);
+    kdev_release(dev, d->ibuf_d);
+    kdev_release(dev, d->dbuf_d);
+    free(d->ibuf);
+    free(d->hbuf);
+    free(d->lse);
+    d->fbuf = NULL;
+    d->ibuf_d = NULL;
+    d->dbuf_d = NULL;
+    d->ibuf = NULL;
+    d->hbuf = NULL;
+    d->lse = NULL;
+}
+
+void decoder_free(decoder_part *d)
+{
+    if (d->st.c.dev)
+        release_buffers(d);
+    stack_free(&d->st);
+}
+
 static int reserve(decoder_part *d, int N, int Nf, hearth_err *err)
 {
     int rc = stack_reserve(&d->st, N, err);
@@ -87,35 +142,36 @@ static int reserve(decoder_part *d, int N, int Nf, hearth_err *err)
         return 0;
     /* The same chunk on every tp rank (the cross-entropy's collectives run per chunk):
      * sized for the largest vocabulary slice. */
-    int chunk = head_chunk((d->sh->vocab + d->tp - 1) / d->tp);
+    int chunk = head_chunk(d->st.c.dev, (d->sh->vocab + d->tp - 1) / d->tp);
     if (chunk > N)
         chunk = N;
-    farena fa = { NULL, 0 };
-    iarena ia = { NULL, 0 };
-    take(d, &fa, &ia, N, Nf, chunk);
-    free(d->fbuf);
-    free(d->ibuf);
-    free(d->lse);
-    d->fbuf = calloc(fa.used ? fa.used : 1, sizeof(float));
-    d->ibuf = calloc(ia.used ? ia.used : 1, sizeof(int));
+    dec_arenas a = { 0 };
+    take(d, &a, N, Nf, chunk);
+    kdev *dev = d->st.c.dev;
+    release_buffers(d);
+    d->cap_tokens = 0;
+    d->ibuf = calloc(a.ia.used ? a.ia.used : 1, sizeof(int));
+    d->hbuf = calloc(a.ha.used ? a.ha.used : 1, sizeof(float));
     /* lse [N], then csum [2 chunk] */
-    d->lse = calloc((size_t)N + 2 * (size_t)chunk, sizeof(double));
-    if (!d->fbuf || !d->ibuf || !d->lse) {
-        free(d->fbuf);
-        free(d->ibuf);
-        free(d->lse);
-        d->fbuf = NULL;
-        d->ibuf = NULL;
-        d->lse = NULL;
-        d->cap_tokens = 0;
-        return herr_set(err, HERR_NOMEM, "decoder: out of memory for %d tokens", N);
+    d->lse = calloc(a.doubles, sizeof(double));
+    if (!d->ibuf || !d->hbuf || !d->lse)
+        rc = herr_set(err, HERR_NOMEM, "decoder: out of memory");
+    if (!rc)
+        rc = dev_alloc(dev, (void **)&d->fbuf, a.fa.used * sizeof(float), "decoder", err);
+    if (!rc)
+        rc = dev_alloc(dev, (void **)&d->ibuf_d, a.da.used * sizeof(int), "decoder", err);
+    if (!rc)
+        rc = dev_alloc(dev, (void **)&d->dbuf_d, a.doubles * sizeof(double), "decoder", err);
+    if (rc) {
+        release_buffers(d);
+        return herr_prefix(err, rc, "decoder: buffers for %d tokens", N);
     }
     d->csum = d->lse + N;
-    fa.base = d->fbuf;
-    fa.used = 0;
-    ia.base = d->ibuf;
-    ia.used = 0;
-    take(d, &fa, &ia, N, Nf, chunk);
+    d->lse_d = d->dbuf_d;
+    d->csum_d = d->dbuf_d + N;
+    a = (dec_arenas){ .fa = { d->fbuf, 0 }, .ha = { d->hbuf, 0 }, .ia = { d->ibuf, 0 },
+                      .da = { d->ibuf_d, 0 } };
+    take(d, &a, N, Nf, chunk);
     d->cap_tokens = Nf;
     d->cap_local = N;
     d->cap_chunk = chunk;
@@ -186,16 +242,18 @@ static int take_ids(model *m, const vlm_batch *b, int Nf, hearth_err *err)
     return images;
 }
 
-/* The local rows of the RoPE tables (cp > 1). */
-static void positions_local(decoder_part *d)
+/* The local rows of the RoPE tables (cp > 1, chunks), uploaded. */
+static int positions_local(decoder_part *d, hearth_err *err)
 {
     size_t w = (size_t)d->st.c.D / 2;
-    if (d->cp <= 1 && d->seq_chunks <= 1)
-        return;
-    for (int i = 0; i < d->n_tokens; i++) {
-        memcpy(d->cosl + i * w, d->cos + (size_t)d->lrow[i] * w, w * sizeof(float));
-        memcpy(d->sinl + i * w, d->sin + (size_t)d->lrow[i] * w, w * sizeof(float));
-    }
+    if (d->cp > 1 || d->seq_chunks > 1)
+        for (int i = 0; i < d->n_tokens; i++) {
+            memcpy(d->cosl + i * w, d->cos + (size_t)d->lrow[i] * w, w * sizeof(float));
+            memcpy(d->sinl + i * w, d->sin + (size_t)d->lrow[i] * w, w * sizeof(float));
+        }
+    size_t bytes = (size_t)d->n_tokens * w * sizeof(float);
+    int rc = dev_upload(d->st.c.dev, d->cos_d, d->cosl, bytes, err);
+    return rc ? rc : dev_upload(d->st.c.dev, d->sin_d, d->sinl, bytes, err);
 }
 
 /* Fills the RoPE tables of all Nf tokens of the micro batch (or checks learned positions
@@ -216,8 +274,7 @@ static int positions(model *m, const vlm_batch *b, hearth_err *err)
         for (int i = 0; i < N; i++)
             d->pos1[i] = i % S;
         kcpu_rope_table_1d(d->cos, d->sin, d->pos1, N, D, theta);
-        positions_local(d);
-        return 0;
+        return positions_local(d, err);
     }
     /* mrope */
     const encoder_shape *es = &m->shape.encoder;
@@ -236,25 +293,47 @@ static int positions(model *m, const vlm_batch *b, hearth_err *err)
     if (cursor != b->n_images)
         return herr_set(err, HERR_RUNTIME, "decoder: only %d of %d images have tokens",
                         cursor, b->n_images);
-    positions_local(d);
-    return 0;
+    return positions_local(d, err);
+}
+
+/* The index arrays of the embedding stage, built on the host and uploaded: the token's
+ * row of this rank's embedding slice (erow, -1 outside it), its learned-position row
+ * (prow), and for image row k its local row of the stage input (imgdst, -1 when it is
+ * not one of this rank's rows). */
+static int embed_index(decoder_part *d, hearth_err *err)
+{
+    int N = d->n_tokens, NL = d->n_local, r0 = d->row0, S = d->seq_len;
+    kdev *dev = d->st.c.dev;
+    for (int i = 0; i < N; i++) {
+        int id = d->ids[i];
+        d->erow[i] = id >= d->v0 && id < d->v1 ? id - d->v0 : -1;
+        d->prow[i] = d->lrow[i] % S;
+    }
+    for (int k = 0; k < d->n_img; k++)
+        d->imgdst[k] = -1;
+    for (int i = r0; i < r0 + NL; i++)
+        if (d->imgk[i] >= 0)
+            d->imgdst[d->imgk[i]] = i - r0;
+    size_t nb = (size_t)N * sizeof(int);
+    int rc;
+    if ((rc = dev_upload(dev, d->erow_d, d->erow, nb, err)) ||
+        (rc = dev_upload(dev, d->prow_d, d->prow, nb, err)) ||
+        (rc = dev_upload(dev, d->imgk_d, d->imgk, nb, err)))
+        return rc;
+    return dev_upload(dev, d->imgdst_d, d->imgdst, (size_t)d->n_img * sizeof(int), err);
 }
 
 /* Stage input of the embedding stage: st->xs[0] (local rows). */
 static int embed_forward(decoder_part *d, const float *img, hearth_err *err)
 {
-    int N = d->n_tokens, NL = d->n_local, r0 = d->row0, H = d->st.c.H, S = d->seq_len;
+    int N = d->n_tokens, NL = d->n_local, r0 = d->row0, H = d->st.c.H;
+    kdev *dev = d->st.c.dev;
     float *x = d->st.xs[0];
     float *part = d->tp > 1 ? d->xg : x;
-    size_t row = (size_t)H * sizeof(float);
-    for (int i = 0; i < N; i++) {
-        int id = d->ids[i];
-        if (id >= d->v0 && id < d->v1)
-            memcpy(part + (size_t)i * H, d->embed_w + (size_t)(id - d->v0) * H, row);
-        else
-            memset(part + (size_t)i * H, 0, row);
-    }
-    int rc = 0;
+    int rc = embed_index(d, err);
+    if (rc)
+        return rc;
+    kdev_gather_rows(dev, part, d->embed_w, d->erow_d, N, H);
     if (d->tp > 1)
         rc = d->sp ? comm_reduce_scatter(d->tp_comm, part, x, (size_t)NL * H, COMM_F32,
                                          COMM_SUM, err)
@@ -262,14 +341,13 @@ static int embed_forward(decoder_part *d, const float *img, hearth_err *err)
                                     err);
     if (rc)
         return herr_prefix(err, rc, "decoder: embedding");
-    for (int i = r0; i < r0 + NL; i++)
-        if (d->imgk[i] >= 0)
-            memcpy(x + (size_t)(i - r0) * H, img + (size_t)d->imgk[i] * H, row);
-    if (d->pos_w)
-        for (int i = 0; i < NL; i++)
-            kcpu_accumulate(x + (size_t)i * H,
-                            d->pos_w + (size_t)(d->lrow[r0 + i] % S) * H, (size_t)H);
-    return 0;
+    if (d->n_img > 0)
+        kdev_scatter_rows(dev, x, img, d->imgdst_d, d->n_img, H);
+    if (d->pos_w) {
+        kdev_gather_rows(dev, d->pbuf, d->pos_w, d->prow_d + r0, NL, H);
+        kdev_accumulate(dev, x, d->pbuf, (size_t)NL * H);
+    }
+    return dev_check(dev, err);
 }
 
 int model_stage_set_chunk(model *m, int chunk, int n_chunks, hearth_err *err)
@@ -300,29 +378,44 @@ static int chunk_cache_begin(model *m, int n_seq, int S, hearth_err *err)
     }
     size_t need = (size_t)L * 4 * (size_t)(K - 1) * (size_t)Nc * (size_t)KD;
     size_t npos = (size_t)K * (size_t)Nc;
+    kdev *dev = d->st.c.dev;
+    int rc;
+    /* Sized anew for each micro batch's chunk 0 when it grows: its contents are the
+     * micro batch's own. */
     if (need > cc->cap) {
-        float *nb = realloc(cc->buf, need * sizeof(float));
-        if (!nb)
-            return herr_set(err, HERR_NOMEM, "decoder: out of memory for the key/value "
-                            "cache of %d chunks", K);
-        cc->buf = nb;
+        kdev_release(dev, cc->buf);
+        cc->buf = NULL;
+        cc->cap = 0;
+        if ((rc = dev_alloc(dev, (void **)&cc->buf, need * sizeof(float), "the key/value "
+                            "cache of sequence chunks", err)))
+            return herr_prefix(err, rc, "decoder: %d chunks", K);
         cc->cap = need;
     }
+    int *pos = malloc(npos * sizeof(int));
+    if (!pos)
+        return herr_set(err, HERR_NOMEM, "decoder: out of memory for chunk positions");
     if (npos > cc->cap_pos) {
-        int *np = realloc(cc->pos, npos * sizeof(int));
-        if (!np)
-            return herr_set(err, HERR_NOMEM, "decoder: out of memory for chunk positions");
-        cc->pos = np;
+        kdev_release(dev, cc->pos);
+        cc->pos = NULL;
+        cc->cap_pos = 0;
+        if ((rc = dev_alloc(dev, (void **)&cc->pos, npos * sizeof(int), "chunk positions",
+                            err))) {
+            free(pos);
+            return rc;
+        }
         cc->cap_pos = npos;
     }
     cc->K = K;
     cc->Nc = Nc;
     cc->L = L;
     cc->KD = KD;
+    cc->C = C;
     for (int j = 0; j < K; j++)
         for (int i = 0; i < Nc; i++)
-            cc->pos[(size_t)j * Nc + i] = j * C + i % C;
-    return 0;
+            pos[(size_t)j * Nc + i] = j * C + i % C;
+    rc = dev_upload(dev, cc->pos, pos, npos * sizeof(int), err);
+    free(pos);
+    return rc;
 }
 
 int model_stage_forward_begin(model *m, const vlm_batch *b, const float *img, int n_img_rows,
@@ -380,7 +473,7 @@ int model_stage_forward_begin(model *m, const vlm_batch *b, const float *img, in
         if ((rc = embed_forward(d, img, err)))
             return rc;
     } else {
-        memcpy(sk->xs[0], x_in, (size_t)d->n_local * H * sizeof(float));
+        kdev_copy(c->dev, sk->xs[0], x_in, (size_t)d->n_local * H * sizeof(float));
     }
 
     /* Pinned MoE routing (model_pin_routing) applies to batches of the same size. */
@@ -393,10 +486,15 @@ int model_stage_forward_begin(model *m, const vlm_batch *b, const float *img, in
                         "this batch routes %zu", m->n_pin, per * n_moe);
     for (int sq = 0; sq <= b->n_seq; sq++)
         d->cu[sq] = sq * (N / b->n_seq);
+    if ((rc = dev_upload(c->dev, d->cu_d, d->cu, ((size_t)b->n_seq + 1) * sizeof(int), err)) ||
+        (d->cp_pos && (rc = dev_upload(c->dev, d->cp_pos_d, d->cp_pos,
+                                       (size_t)d->cp * N * sizeof(int), err))))
+        return rc;
     d->ctx = (stack_ctx){
-        .N = N, .N_local = d->n_local, .cos = c->rope ? d->cosl : NULL,
-        .sin = c->rope ? d->sinl : NULL, .cu = d->cu, .nseq = b->n_seq, .cu_full = d->cu,
-        .nseq_full = b->n_seq, .cp_pos = d->cp_pos,
+        .N = N, .N_local = d->n_local, .cos = c->rope ? d->cos_d : NULL,
+        .sin = c->rope ? d->sin_d : NULL, .cu = d->cu_d, .nseq = b->n_seq,
+        .max_seq = N / b->n_seq, .cu_full = d->cu_d, .nseq_full = b->n_seq,
+        .max_seq_full = N / b->n_seq, .cp_pos = d->cp_pos_d,
         .cc = K > 1 ? &(m->owner ? m->owner : m)->dec.cc : NULL,
         .chunk = K > 1 ? d->seq_chunk : 0,
     };
@@ -415,16 +513,22 @@ static int head_part_forward(decoder_part *d, double *loss, hearth_err *err)
     d->n_targets = d->n_targets_all = 0;
     if (!d->has_head)
         return 0;
-    norm_forward(ds->s.norm, d->hl, d->meanf, d->rstdf, sk->xs[sk->L], d->norm_w, d->norm_b,
+    kdev *dev = sk->c.dev;
+    norm_forward(dev, ds->s.norm, d->hl, d->meanf, d->rstdf, sk->xs[sk->L], d->norm_w, d->norm_b,
                  d->n_local, H, ds->s.norm_eps);
     if (d->sp && (rc = comm_all_gather(d->tp_comm, d->hl, d->hf, (size_t)d->n_local * H,
                                        COMM_F32, err)))
         return herr_prefix(err, rc, "decoder: final norm");
     int nt = 0;
     for (int i = 0; i < N; i++)
-        if (d->tgt[i] != -1)
+        if (d->tgt[i] != -1) {
+            d->ttgt[nt] = d->tgt[i];
             d->trow[nt++] = i;
+        }
     d->n_targets = d->n_targets_all = nt;
+    if ((rc = dev_upload(dev, d->trow_d, d->trow, (size_t)nt * sizeof(int), err)) ||
+        (rc = dev_upload(dev, d->ttgt_d, d->ttgt, (size_t)nt * sizeof(int), err)))
+        return rc;
     if ((rc = head_forward(d, loss, err)) || !d->cp_comm)
         return rc;
     /* the whole micro batch's, on every cp rank */
@@ -525,7 +629,8 @@ int model_local_tokens(const model *m, int n_tokens)
  * and the image rows need every token's gradient. */
 static int embed_backward(decoder_part *d, float *img_grad, hearth_err *err)
 {
-    int N = d->n_tokens, H = d->st.c.H, S = d->seq_len;
+    int N = d->n_tokens, H = d->st.c.H;
+    kdev *dev = d->st.c.dev;
     const float *g = d->st.sc.dres;
     if (d->sp) {
         int rc = comm_all_gather(d->tp_comm, g, d->xg, (size_t)d->n_local * H, COMM_F32,
@@ -534,31 +639,23 @@ static int embed_backward(decoder_part *d, float *img_grad, hearth_err *err)
             return herr_prefix(err, rc, "decoder: embedding backward");
         g = d->xg;
     }
+    /* Token order per row of the tables (the embedding backward's order). */
     if (d->pos_gw)
-        for (int i = 0; i < N; i++)
-            kcpu_accumulate(d->pos_gw + (size_t)(d->lrow[i] % S) * H, g + (size_t)i * H,
-                            (size_t)H);
+        kdev_embedding_backward(dev, d->pos_gw, g, d->prow_d, N, H);
     /* Under cp the image rows at other ranks' tokens get zeros: the encoder gradient is
      * then this rank's share, summed with the other cp ranks' in the gradient reduction. */
     if (img_grad && d->cp > 1 && d->n_img > 0)
-        memset(img_grad, 0, (size_t)d->n_img * H * sizeof(float));
+        kdev_zero(dev, img_grad, (size_t)d->n_img * H * sizeof(float));
     /* Chunks: each writes the rows at its tokens; the first backward (chunk K-1) clears
      * the rest, so after chunk 0 every row is written once. */
     if (img_grad && d->ctx.cc && d->ctx.chunk == d->ctx.cc->K - 1 && d->n_img > 0)
-        memset(img_grad, 0, (size_t)d->n_img * H * sizeof(float));
-    for (int i = 0; img_grad && i < N; i++)
-        if (d->imgk[i] >= 0)
-            memcpy(img_grad + (size_t)d->imgk[i] * H, g + (size_t)i * H,
-                   (size_t)H * sizeof(float));
-    /* Token order per row of the table, as kcpu_embedding_backward. */
+        kdev_zero(dev, img_grad, (size_t)d->n_img * H * sizeof(float));
+    if (img_grad)
+        kdev_scatter_rows(dev, img_grad, g, d->imgk_d, N, H);
+    /* Tokens outside this rank's slice have erow -1 and add nothing. */
     if (d->embed_gw)
-        for (int i = 0; i < N; i++) {
-            int id = d->ids[i];
-            if (id >= d->v0 && id < d->v1)
-                kcpu_accumulate(d->embed_gw + (size_t)(id - d->v0) * H, g + (size_t)i * H,
-                                (size_t)H);
-        }
-    return 0;
+        kdev_embedding_backward(dev, d->embed_gw, g, d->erow_d, N, H);
+    return dev_check(dev, err);
 }
 
 /* The head part of the backward (or the output gradient dy) into st->sc.dres. */
@@ -568,8 +665,9 @@ static int head_part_backward(decoder_part *d, const float *dy, float loss_scale
     stack *sk = &d->st;
     int H = sk->c.H, NL = d->n_local, rc;
     float *dres = sk->sc.dres;
+    kdev *dev = sk->c.dev;
     if (!d->has_head) {
-        memcpy(dres, dy, (size_t)NL * H * sizeof(float));
+        kdev_copy(dev, dres, dy, (size_t)NL * H * sizeof(float));
         return 0;
     }
     if ((rc = head_backward(d, loss_scale, err)))
@@ -582,8 +680,8 @@ static int head_part_backward(decoder_part *d, const float *dy, float loss_scale
         if (rc)
             return herr_prefix(err, rc, "decoder: head backward");
     }
-    memset(dres, 0, (size_t)NL * H * sizeof(float));
-    norm_backward(d->sh->s.norm, dres, d->norm_gw, d->norm_gb, d->dhl, sk->xs[sk->L],
+    kdev_zero(dev, dres, (size_t)NL * H * sizeof(float));
+    norm_backward(dev, d->sh->s.norm, dres, d->norm_gw, d->norm_gb, d->dhl, sk->xs[sk->L],
                   d->norm_w, d->meanf, d->rstdf, NL, H);
     return 0;
 }

@@ -28,14 +28,48 @@ static int grow(void **p, size_t n, size_t elem)
     return 0;
 }
 
+/* A device buffer of n elements in place of *p (whose contents are not kept). */
+static int grow_dev(kdev *dev, void **p, size_t n, size_t elem)
+{
+    kdev_release(dev, *p);
+    *p = NULL;
+    return kdev_alloc(dev, p, (n ? n : 1) * elem) ? -1 : 0;
+}
+
+void encoder_free(model *m)
+{
+    encoder_part *e = &m->enc;
+    kdev *dev = m->dev;
+    stack_free(&e->st);
+    free(e->pix);
+    free(e->cos);
+    free(e->sin);
+    free(e->pos_hw);
+    free(e->unit_rc);
+    free(e->win_idx);
+    free(e->cu_win);
+    free(e->cu_frame);
+    kdev_release(dev, e->pix_d);
+    kdev_release(dev, e->cos_d);
+    kdev_release(dev, e->sin_d);
+    kdev_release(dev, e->win_idx_d);
+    kdev_release(dev, e->cu_win_d);
+    kdev_release(dev, e->cu_frame_d);
+    kdev_release(dev, m->proj.fbuf);
+    kdev_release(dev, m->img_feat);
+    kdev_release(dev, m->dimg_feat);
+}
+
 static int reserve(model *m, int P, int U, hearth_err *err)
 {
     encoder_part *e = &m->enc;
     int rc;
     if ((rc = stack_reserve(&e->st, P, err)) || (rc = projector_reserve(&m->proj, U, err)))
         return rc;
+    kdev *dev = m->dev;
     if (P > e->cap_patches) {
         size_t n = (size_t)P, half = (size_t)e->st.c.D / 2;
+        e->cap_patches = 0;
         /* Units, frames and windows never outnumber patches, so P bounds every array. */
         if (grow((void **)&e->pix, n * e->patch_dim, sizeof(float)) ||
             grow((void **)&e->cos, n * half, sizeof(float)) ||
@@ -44,14 +78,21 @@ static int reserve(model *m, int P, int U, hearth_err *err)
             grow((void **)&e->unit_rc, 2 * n, sizeof(int)) ||
             grow((void **)&e->win_idx, n, sizeof(int)) ||
             grow((void **)&e->cu_win, n + 1, sizeof(int)) ||
-            grow((void **)&e->cu_frame, n + 1, sizeof(int)))
+            grow((void **)&e->cu_frame, n + 1, sizeof(int)) ||
+            grow_dev(dev, (void **)&e->pix_d, n * e->patch_dim, sizeof(float)) ||
+            grow_dev(dev, (void **)&e->cos_d, n * half, sizeof(float)) ||
+            grow_dev(dev, (void **)&e->sin_d, n * half, sizeof(float)) ||
+            grow_dev(dev, (void **)&e->win_idx_d, n, sizeof(int)) ||
+            grow_dev(dev, (void **)&e->cu_win_d, n + 1, sizeof(int)) ||
+            grow_dev(dev, (void **)&e->cu_frame_d, n + 1, sizeof(int)))
             return herr_set(err, HERR_NOMEM, "encoder: out of memory for %d patches", P);
         e->cap_patches = P;
     }
     if (U > m->cap_img_units) {
         size_t n = (size_t)U * m->proj.out;
-        if (grow((void **)&m->img_feat, n, sizeof(float)) ||
-            grow((void **)&m->dimg_feat, n, sizeof(float)))
+        m->cap_img_units = 0;
+        if (grow_dev(dev, (void **)&m->img_feat, n, sizeof(float)) ||
+            grow_dev(dev, (void **)&m->dimg_feat, n, sizeof(float)))
             return herr_set(err, HERR_NOMEM, "encoder: out of memory for %d image tokens", U);
         m->cap_img_units = U;
     }
@@ -111,17 +152,31 @@ int encoder_forward(model *m, int n_images, const int *grid_thw, const float *pi
     }
     kcpu_rope_table_2d(e->cos, e->sin, e->pos_hw, (int)P, e->st.c.D, (float)es->s.rope_theta);
 
-    kcpu_matmul_forward(e->st.xs[0], e->pix, e->patch_w, NULL, (int)P, e->patch_dim,
+    kdev *dev = m->dev;
+    size_t half = (size_t)e->st.c.D / 2;
+    if ((rc = dev_upload(dev, e->pix_d, e->pix, (size_t)P * e->patch_dim * sizeof(float),
+                         err)) ||
+        (rc = dev_upload(dev, e->cos_d, e->cos, (size_t)P * half * sizeof(float), err)) ||
+        (rc = dev_upload(dev, e->sin_d, e->sin, (size_t)P * half * sizeof(float), err)) ||
+        (rc = dev_upload(dev, e->win_idx_d, e->win_idx, (size_t)U * sizeof(int), err)) ||
+        (rc = dev_upload(dev, e->cu_win_d, e->cu_win, ((size_t)e->n_windows + 1) * sizeof(int),
+                         err)) ||
+        (rc = dev_upload(dev, e->cu_frame_d, e->cu_frame,
+                         ((size_t)e->n_frames + 1) * sizeof(int), err)))
+        return herr_prefix(err, rc, "encoder");
+    kdev_matmul_forward(dev, e->st.xs[0], e->pix_d, e->patch_w, NULL, (int)P, e->patch_dim,
                         e->st.c.H);
     e->ctx = (stack_ctx){
-        .N = (int)P, .N_local = (int)P, .cos = e->cos, .sin = e->sin,
-        .cu = e->cu_win, .nseq = e->n_windows,
-        .cu_full = e->cu_frame, .nseq_full = e->n_frames,
+        .N = (int)P, .N_local = (int)P, .cos = e->cos_d, .sin = e->sin_d,
+        .cu = e->cu_win_d, .nseq = e->n_windows,
+        .max_seq = max_seqlen(e->cu_win, e->n_windows),
+        .cu_full = e->cu_frame_d, .nseq_full = e->n_frames,
+        .max_seq_full = max_seqlen(e->cu_frame, e->n_frames),
     };
     double aux = 0;
     if ((rc = stack_forward(&e->st, &e->ctx, &aux, err)))
         return rc;
-    return projector_forward(&m->proj, e->st.xs[e->st.L], m->img_feat, e->win_idx, (int)U,
+    return projector_forward(&m->proj, e->st.xs[e->st.L], m->img_feat, e->win_idx_d, (int)U,
                              err);
 }
 
@@ -130,15 +185,16 @@ int encoder_backward(model *m, hearth_err *err)
     encoder_part *e = &m->enc;
     int train_enc = !e->sh->s.freeze;
     int rc = projector_backward(&m->proj, e->st.xs[e->st.L], m->dimg_feat,
-                                train_enc ? e->st.sc.dres : NULL, e->win_idx, e->n_units, err);
+                                train_enc ? e->st.sc.dres : NULL, e->win_idx_d, e->n_units,
+                                err);
     if (rc || !train_enc)
         return rc;
     rc = stack_backward(&e->st, &e->ctx, 0.0f, err);
     if (rc)
         return rc;
-    kcpu_matmul_backward(NULL, e->patch_gw, NULL, e->st.sc.dres, e->pix, e->patch_w,
-                         e->n_patches, e->patch_dim, e->st.c.H);
-    return 0;
+    kdev_matmul_backward(m->dev, NULL, e->patch_gw, NULL, e->st.sc.dres, e->pix_d,
+                         e->patch_w, e->n_patches, e->patch_dim, e->st.c.H);
+    return dev_check(m->dev, err);
 }
 
 /* ---- the encoder API (model_par.h) ------------------------------------------------------ */

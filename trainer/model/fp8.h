@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
+#include "kdev.h"
 #include "model/model.h"
 #include "shape/err.h"
 
@@ -101,17 +102,17 @@ int model_fp8_state(model *m, float **hist, size_t *n_hist, int **pos, size_t *n
 
 /* ---- inside the model (the files of trainer/model/) ------------------------------------
  * An fp8_layer exists per layer (and for the projector and the head) of each model object;
- * NULL = no FP8.  The two calls below are kcpu_matmul_forward / kcpu_matmul_backward when
+ * NULL = no FP8.  The two calls below are kdev_matmul_forward / kdev_matmul_backward when
  * f is NULL or the plan leaves this linear in fp32.  e: the local expert for expert kinds, else 0.
  * tokens: the micro batch's tokens through this layer (> 0), or 0 for the last forward's
  * (the backward always uses the last forward's).  Fail on allocation or a collective. */
 typedef struct fp8_layer fp8_layer;
-int fp8_linear_forward(fp8_layer *f, int kind, int e, int tokens, float *out,
+int fp8_linear_forward(kdev *dev, fp8_layer *f, int kind, int e, int tokens, float *out,
                        const float *inp, const float *w, const float *bias, int M, int K,
                        int N, hearth_err *err);
-int fp8_linear_backward(fp8_layer *f, int kind, int e, float *dinp, float *dw, float *db,
-                        const float *dout, const float *inp, const float *w, int M, int K,
-                        int N, hearth_err *err);
+int fp8_linear_backward(kdev *dev, fp8_layer *f, int kind, int e, float *dinp, float *dw,
+                        float *db, const float *dout, const float *inp, const float *w,
+                        int M, int K, int N, hearth_err *err);
 /* model_clone's part: the clone gets its own scales and scratch over the owner's
  * histories.  model_free's part: frees m's FP8 state. */
 int fp8_model_clone(model *clone, const model *owner, hearth_err *err);

@@ -96,7 +96,8 @@ typedef struct fp8_model {
     int owner;
     fp8_layer *layers;
     int n_layers;
-    float *scratch;           /* this object's quantised operands */
+    float *scratch;           /* this object's quantised operands (on its model's device) */
+    kdev *dev;
     size_t cap;
 } fp8_model;
 
@@ -126,7 +127,7 @@ void fp8_model_free(model *m)
     for (int i = 0; i < fm->n_layers; i++)
         free(fm->layers[i].saved);
     free(fm->layers);
-    free(fm->scratch);
+    kdev_release(fm->dev, fm->scratch);
     if (fm->owner && fm->sh) {
         fp8_plan_clear(&fm->sh->plan);
         free(fm->sh->hist);
@@ -332,16 +333,17 @@ static int uses(fp8_layer *f, int kind, int tokens)
                          f->tokens);
 }
 
-static float *scratch(fp8_layer *f, size_t n, hearth_err *err)
+static float *scratch(kdev *dev, fp8_layer *f, size_t n, hearth_err *err)
 {
     fp8_model *fm = f->fm;
     if (n > fm->cap) {
-        float *p = realloc(fm->scratch, n * sizeof(float));
-        if (!p) {
-            herr_set(err, HERR_NOMEM, "fp8: out of memory for %zu quantised values", n);
+        kdev_release(dev, fm->scratch);
+        fm->scratch = NULL;
+        fm->cap = 0;
+        fm->dev = dev;
+        if (dev_alloc(dev, (void **)&fm->scratch, n * sizeof(float), "fp8 quantised values",
+                      err))
             return NULL;
-        }
-        fm->scratch = p;
         fm->cap = n;
     }
     return fm->scratch;
@@ -373,17 +375,21 @@ static float scale_of(fp8_layer *f, int kind, int u, int t, float amax, kfp8_for
     return s;
 }
 
-int fp8_linear_forward(fp8_layer *f, int kind, int e, int tokens, float *out,
+int fp8_linear_forward(kdev *dev, fp8_layer *f, int kind, int e, int tokens, float *out,
                        const float *inp, const float *w, const float *bias, int M, int K,
                        int N, hearth_err *err)
 {
     if (!uses(f, kind, tokens)) {
-        kcpu_matmul_forward(out, inp, w, bias, M, K, N);
+        kdev_matmul_forward(dev, out, inp, w, bias, M, K, N);
         return 0;
     }
     size_t nx = (size_t)M * K, nw = (size_t)N * K;
-    float amax[2] = { kcpu_amax(inp, nx), kcpu_amax(w, nw) };
-    int rc = reduce_amax(f, kind, amax, 2, err);
+    float amax[2];
+    kdev_amax(dev, &amax[0], inp, nx);
+    kdev_amax(dev, &amax[1], w, nw);
+    int rc = dev_check(dev, err);
+    if (!rc)
+        rc = reduce_amax(f, kind, amax, 2, err);
     if (rc)
         return rc;
     int u = unit_of(f, kind, e);
@@ -391,51 +397,52 @@ int fp8_linear_forward(fp8_layer *f, int kind, int e, int tokens, float *out,
     float sw = scale_of(f, kind, u, T_W, amax[1], KFP8_E4M3);
     f->saved[2 * u] = sx;
     f->saved[2 * u + 1] = sw;
-    float *qx = scratch(f, nx + nw, err);
+    float *qx = scratch(dev, f, nx + nw, err);
     if (!qx)
         return HERR_NOMEM;
     float *qw = qx + nx;
-    kcpu_fp8_qdq(qx, inp, nx, sx, KFP8_E4M3);
-    kcpu_fp8_qdq(qw, w, nw, sw, KFP8_E4M3);
-    kcpu_matmul_forward(out, qx, qw, bias, M, K, N);
+    kdev_fp8_qdq(dev, qx, inp, nx, sx, KFP8_E4M3);
+    kdev_fp8_qdq(dev, qw, w, nw, sw, KFP8_E4M3);
+    kdev_matmul_forward(dev, out, qx, qw, bias, M, K, N);
     return 0;
 }
 
-int fp8_linear_backward(fp8_layer *f, int kind, int e, float *dinp, float *dw, float *db,
-                        const float *dout, const float *inp, const float *w, int M, int K,
-                        int N, hearth_err *err)
+int fp8_linear_backward(kdev *dev, fp8_layer *f, int kind, int e, float *dinp, float *dw,
+                        float *db, const float *dout, const float *inp, const float *w,
+                        int M, int K, int N, hearth_err *err)
 {
     if (!uses(f, kind, 0)) {
-        kcpu_matmul_backward(dinp, dw, db, dout, inp, w, M, K, N);
+        kdev_matmul_backward(dev, dinp, dw, db, dout, inp, w, M, K, N);
         return 0;
     }
     size_t nx = (size_t)M * K, nw = (size_t)N * K, ny = (size_t)M * N;
     int u = unit_of(f, kind, e), rc;
-    float amax[3] = { kcpu_amax(dout, ny), 0.0f, 0.0f };
+    float amax[3] = { 0.0f, 0.0f, 0.0f };
+    kdev_amax(dev, &amax[0], dout, ny);
     float sx = f->saved[2 * u], sw = f->saved[2 * u + 1];
     if (kind == FP8_LM_HEAD) {
         /* current scaling: recompute exactly what this chunk's forward used */
-        amax[1] = kcpu_amax(inp, nx);
-        amax[2] = kcpu_amax(w, nw);
-        if ((rc = reduce_amax(f, kind, amax, 3, err)))
+        kdev_amax(dev, &amax[1], inp, nx);
+        kdev_amax(dev, &amax[2], w, nw);
+        if ((rc = dev_check(dev, err)) || (rc = reduce_amax(f, kind, amax, 3, err)))
             return rc;
         sx = scale_of(f, kind, u, T_X, amax[1], KFP8_E4M3);
         sw = scale_of(f, kind, u, T_W, amax[2], KFP8_E4M3);
-    } else if ((rc = reduce_amax(f, kind, amax, 1, err))) {
+    } else if ((rc = dev_check(dev, err)) || (rc = reduce_amax(f, kind, amax, 1, err))) {
         return rc;
     }
     float sd = scale_of(f, kind, u, T_DY, amax[0], KFP8_E5M2);
-    float *qd = scratch(f, ny + (dw ? nx : 0) + (dinp ? nw : 0), err);
+    float *qd = scratch(dev, f, ny + (dw ? nx : 0) + (dinp ? nw : 0), err);
     if (!qd)
         return HERR_NOMEM;
     float *qx = dw ? qd + ny : NULL, *qw = dinp ? qd + ny + (dw ? nx : 0) : NULL;
-    kcpu_fp8_qdq(qd, dout, ny, sd, KFP8_E5M2);
+    kdev_fp8_qdq(dev, qd, dout, ny, sd, KFP8_E5M2);
     if (qx)
-        kcpu_fp8_qdq(qx, inp, nx, sx, KFP8_E4M3);
+        kdev_fp8_qdq(dev, qx, inp, nx, sx, KFP8_E4M3);
     if (qw)
-        kcpu_fp8_qdq(qw, w, nw, sw, KFP8_E4M3);
-    kcpu_matmul_backward(dinp, dw, NULL, qd, qx, qw, M, K, N);
+        kdev_fp8_qdq(dev, qw, w, nw, sw, KFP8_E4M3);
+    kdev_matmul_backward(dev, dinp, dw, NULL, qd, qx, qw, M, K, N);
     if (db)         /* the bias gradient from the unquantised dy, as the fused GPU cast */
-        kcpu_matmul_backward(NULL, NULL, db, dout, NULL, NULL, M, K, N);
+        kdev_matmul_backward(dev, NULL, NULL, db, dout, NULL, NULL, M, K, N);
     return 0;
 }

@@ -12,61 +12,46 @@
  * row's log-sum-exp; the backward recomputes a chunk's logits, unless all rows fitted in
  * one chunk (whose logits are still in the buffer). */
 #include <math.h>
-#include <string.h>
 
 #include "model/internal.h"
 
-/* Rows r0 .. r0 + n - 1 of the target rows into hc / tchunk, and their logits. */
+/* Rows r0 .. r0 + n - 1 of the target rows into hc, and their logits. */
 static int chunk_logits(decoder_part *d, int r0, int n, hearth_err *err)
 {
+    kdev *dev = d->st.c.dev;
     int H = d->st.c.H, Vl = d->v1 - d->v0;
-    for (int r = 0; r < n; r++) {
-        int i = d->trow[r0 + r];
-        memcpy(d->hc + (size_t)r * H, d->hf + (size_t)i * H, (size_t)H * sizeof(float));
-        d->tchunk[r] = d->tgt[i];
-    }
-    return fp8_linear_forward(d->head_fp8, FP8_LM_HEAD, 0, d->n_tokens, d->logits, d->hc,
+    kdev_gather_rows(dev, d->hc, d->hf, d->trow_d + r0, n, H);
+    return fp8_linear_forward(dev, d->head_fp8, FP8_LM_HEAD, 0, d->n_tokens, d->logits, d->hc,
                               d->head_w, NULL, n, H, Vl, err);
 }
 
-/* Cross-entropy of the chunk's n rows: d->losses, and d->lse from row r0 on. */
+/* Cross-entropy of the chunk's n rows: d->losses_h, and d->lse (host and device) from
+ * row r0 on.  The statistics are reduced over tp on the device buffers, and the last
+ * step (log, difference) runs on the host, which needs the losses anyway. */
 static int chunk_loss(decoder_part *d, int r0, int n, hearth_err *err)
 {
+    kdev *dev = d->st.c.dev;
     int Vl = d->v1 - d->v0, rc;
-    int par = (size_t)n * (size_t)Vl >= 16384;
-#pragma omp parallel for schedule(static) if (par)
-    for (int r = 0; r < n; r++) {
-        const float *x = d->logits + (size_t)r * Vl;
-        float mx = -INFINITY;
-        for (int j = 0; j < Vl; j++)
-            mx = x[j] > mx ? x[j] : mx;
-        d->cmax[r] = mx;
-    }
+    kdev_ce_rowmax(dev, d->cmax, d->logits, n, Vl);
     if (d->tp > 1 &&
         (rc = comm_allreduce(d->tp_comm, d->cmax, d->cmax, (size_t)n, COMM_F32, COMM_MAX,
                              err)))
         return herr_prefix(err, rc, "decoder: cross-entropy");
-#pragma omp parallel for schedule(static) if (par)
-    for (int r = 0; r < n; r++) {
-        const float *x = d->logits + (size_t)r * Vl;
-        float mx = d->cmax[r];
-        double s = 0;
-        for (int j = 0; j < Vl; j++)
-            s += exp((double)x[j] - mx);
-        int t = d->tchunk[r];
-        d->csum[r] = s;
-        d->csum[n + r] = t >= d->v0 && t < d->v1 ? (double)x[t - d->v0] : 0.0;
-    }
+    kdev_ce_rowsum(dev, d->csum_d, d->logits, d->cmax, d->ttgt_d + r0, d->v0, n, Vl);
     if (d->tp > 1 &&
-        (rc = comm_allreduce(d->tp_comm, d->csum, d->csum, 2 * (size_t)n, COMM_F64, COMM_SUM,
-                             err)))
+        (rc = comm_allreduce(d->tp_comm, d->csum_d, d->csum_d, 2 * (size_t)n, COMM_F64,
+                             COMM_SUM, err)))
         return herr_prefix(err, rc, "decoder: cross-entropy");
+    kdev_download(dev, d->cmax_h, d->cmax, (size_t)n * sizeof(float));
+    kdev_download(dev, d->csum, d->csum_d, 2 * (size_t)n * sizeof(double));
+    if ((rc = dev_check(dev, err)))
+        return rc;
     for (int r = 0; r < n; r++) {
-        double lse = d->cmax[r] + log(d->csum[r]);
+        double lse = d->cmax_h[r] + log(d->csum[r]);
         d->lse[r0 + r] = lse;
-        d->losses[r] = (float)(lse - d->csum[n + r]);
+        d->losses_h[r] = (float)(lse - d->csum[n + r]);
     }
-    return 0;
+    return dev_upload(dev, d->lse_d + r0, d->lse + r0, (size_t)n * sizeof(double), err);
 }
 
 int head_forward(decoder_part *d, double *loss, hearth_err *err)
@@ -79,7 +64,7 @@ int head_forward(decoder_part *d, double *loss, hearth_err *err)
         if ((rc = chunk_logits(d, r0, n, err)) || (rc = chunk_loss(d, r0, n, err)))
             return rc;
         for (int r = 0; r < n; r++)
-            sum += d->losses[r];
+            sum += d->losses_h[r];
     }
     *loss = sum;
     return 0;
@@ -87,31 +72,20 @@ int head_forward(decoder_part *d, double *loss, hearth_err *err)
 
 int head_backward(decoder_part *d, float loss_scale, hearth_err *err)
 {
+    kdev *dev = d->st.c.dev;
     int nt = d->n_targets, chunk = d->cap_chunk, H = d->st.c.H, Vl = d->v1 - d->v0, rc;
-    double dl = loss_scale;
-    memset(d->dhf, 0, (size_t)d->n_tokens * H * sizeof(float));
+    kdev_zero(dev, d->dhf, (size_t)d->n_tokens * H * sizeof(float));
     for (int r0 = 0; r0 < nt; r0 += chunk) {
         int n = nt - r0 < chunk ? nt - r0 : chunk;
         if (d->n_chunks > 1 && (rc = chunk_logits(d, r0, n, err)))
             return rc;
-#pragma omp parallel for schedule(static) if ((size_t)n * Vl >= 16384)
-        for (int r = 0; r < n; r++) {
-            const float *x = d->logits + (size_t)r * Vl;
-            float *dx = d->dlogits + (size_t)r * Vl;
-            double lse = d->lse[r0 + r];
-            int t = d->tchunk[r] - d->v0;   /* outside [0, Vl): not this rank's */
-            for (int j = 0; j < Vl; j++) {
-                double p = exp((double)x[j] - lse);
-                dx[j] = (float)(dl * (j == t ? p - 1.0 : p));
-            }
-        }
-        memset(d->dhc, 0, (size_t)n * H * sizeof(float));
-        if ((rc = fp8_linear_backward(d->head_fp8, FP8_LM_HEAD, 0, d->dhc, d->head_gw, NULL,
-                                      d->dlogits, d->hc, d->head_w, n, H, Vl, err)))
+        kdev_ce_grad(dev, d->dlogits, d->logits, d->lse_d + r0, d->ttgt_d + r0, d->v0,
+                     (double)loss_scale, n, Vl);
+        kdev_zero(dev, d->dhc, (size_t)n * H * sizeof(float));
+        if ((rc = fp8_linear_backward(dev, d->head_fp8, FP8_LM_HEAD, 0, d->dhc, d->head_gw,
+                                      NULL, d->dlogits, d->hc, d->head_w, n, H, Vl, err)))
             return rc;
-        for (int r = 0; r < n; r++)
-            memcpy(d->dhf + (size_t)d->trow[r0 + r] * H, d->dhc + (size_t)r * H,
-                   (size_t)H * sizeof(float));
+        kdev_scatter_rows(dev, d->dhf, d->dhc, d->trow_d + r0, n, H);
     }
-    return 0;
+    return dev_check(dev, err);
 }

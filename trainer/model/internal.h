@@ -26,10 +26,26 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
+#include "kdev.h"
 #include "kernels.h"
 #include "model/fp8.h"
 #include "model/model.h"
 #include "model/model_par.h"
+
+/* ---- the device ----------------------------------------------------------------------
+ * Every tensor of the model (parameters, gradients, activations, and the per-batch index
+ * arrays and RoPE tables that kernels read) lives on the model's device (kdev.h); the
+ * index arrays and tables are built in host arrays and uploaded.  Device calls are
+ * enqueued without checking each one; dev_check turns the device's first failure into
+ * the model's error at the end of each step of work (kdev_status). */
+int dev_check(kdev *dev, hearth_err *err);
+/* kdev_alloc / kdev_release of n floats or ints, with the model's error message. */
+int dev_alloc(kdev *dev, void **p, size_t bytes, const char *what, hearth_err *err);
+/* Uploads n ints (or floats) of a host array into a device array. */
+int dev_upload(kdev *dev, void *dst, const void *host, size_t bytes, hearth_err *err);
+/* The longest sequence of the boundaries cu[0..nseq] (what GPU attention sizes its grid
+ * with). */
+int max_seqlen(const int *cu, int nseq);
 
 /* ---- bump allocation of activation buffers ------------------------------------------
  * Buffers are carved from one allocation in two passes: a sizing pass with base == NULL
@@ -81,6 +97,7 @@ typedef struct {
 /* What a stack of blocks needs to know, derived once from its stack_shape. */
 typedef struct {
     const stack_shape *s;
+    kdev *dev;              /* the device the stack runs on (the model's, borrowed) */
     int H, Hq, Hkv, D;
     int QD, KD, QKV;        /* Hq D, Hkv D, QD + 2 KD */
     int F, Fu;              /* dense MLP width; width of its first linear (2F or F) */
@@ -113,15 +130,16 @@ typedef struct {
     float *h2, *mean2, *rstd2;
     float *u, *a;                   /* dense: first linear output, activation output */
     float *logits, *probs, *topk_w; /* MoE router [N,E], [N,E], [N,K] */
-    int *topk_idx, *offsets, *row_src, *slot_row;
+    int *topk_idx, *offsets, *row_src, *slot_row;   /* device */
+    int *off_h;                     /* host: offsets as downloaded after the plan */
     float *xp, *ue, *ae, *ye;       /* MoE expert rows: input, gate|up, act, output */
     float *us, *as;                 /* MoE shared expert: gate|up, act */
     const int *pin;                 /* MoE: pinned top-k experts [N, K], or NULL */
     double aux;                     /* MoE load-balancing loss of the last forward */
     /* MoE under expert parallelism (ep > 1): rows received for the local experts */
-    int *ep_cnt;                    /* [2E]: rows sent per expert, then rows received
+    int *ep_cnt;                    /* host [2E]: rows sent per expert, then rows received
                                        from ep rank j for local expert i at E + j El + i */
-    int *ep_off;                    /* [El + 1]: received rows grouped by local expert */
+    int *ep_off;                    /* host [El + 1]: received rows grouped by local expert */
     int ep_rows;                    /* rows received (sum of the received counts) */
     float *xr, *ur, *ar;            /* received rows: input, gate|up, act (in ep_buf) */
     float *ep_buf;                  /* owned, grown on demand (ep_cap floats) */
@@ -147,6 +165,8 @@ typedef struct {
     float *dgat;            /* sp: [N, H] dres gathered over tp (else NULL) */
     float *ep_buf;          /* MoE under ep: exchange scratch, owned, grown on demand */
     size_t ep_cap;
+    float *aux_d;           /* MoE: the router's aux loss (one float; owned, outside the
+                               arena, whose size the memory plan predicts exactly) */
     float *ring;            /* cp: [8 N KD] key/value (and gradient) blocks of the ring */
 } stack_scratch;
 
@@ -163,8 +183,10 @@ typedef struct {
     float **xs;             /* [L + 1]: xs[l] is layer l's input, xs[L] the stack output */
     stack_scratch sc;
     int cap;                /* tokens the buffers are sized for */
-    float *fbuf;
-    int *ibuf;
+    float *fbuf;                    /* device: the activation arena */
+    int *ibuf;                      /* device: the MoE index arena */
+    int *ibuf_h;                    /* host: the MoE plan's offsets as downloaded (one
+                                       [E + 1] array per layer) */
     size_t fbuf_floats;             /* size of fbuf (the activation arena) */
 } stack;
 
@@ -178,10 +200,11 @@ typedef struct {
  *            added to chunk j's own dk, dv when its backward reaches the layer. */
 typedef struct {
     int K, Nc, L, KD;               /* what buf is laid out for */
-    float *buf;                     /* [L][4][K - 1][Nc KD]: k, v, dk, dv */
+    int C;                          /* tokens of a sequence in one chunk */
+    float *buf;                     /* device: [L][4][K - 1][Nc KD]: k, v, dk, dv */
     size_t cap;                     /* floats in buf */
-    int *pos;                       /* [K][Nc]: position in its sequence of every token
-                                       of every chunk */
+    int *pos;                       /* device: [K][Nc]: position in its sequence of every
+                                       token of every chunk */
     size_t cap_pos;
 } chunk_cache;
 
@@ -197,25 +220,27 @@ static inline float *chunk_cache_at(const chunk_cache *cc, int l, int w, int i)
  * the later chunks (forward: att, lse overwritten); backward (chunks in reverse order):
  * dq, dk, dv accumulated, the cached keys' gradients into their slots, slot j's added to
  * dk, dv.  D <= KCPU_ATTENTION_BLOCK_MAX_D. */
-void chunk_attention_forward(const chunk_cache *cc, int l, int j, float *att, float *lse,
-                             const float *q, const float *k, const float *v, const int *cu,
-                             int nseq, int N, int Hq, int Hkv, int D, int causal);
-void chunk_attention_backward(const chunk_cache *cc, int l, int j, float *dq, float *dk,
-                              float *dv, const float *datt, const float *q, const float *k,
-                              const float *v, const float *att, const float *lse,
-                              const int *cu, int nseq, int N, int Hq, int Hkv, int D,
-                              int causal);
+void chunk_attention_forward(kdev *dev, const chunk_cache *cc, int l, int j, float *att,
+                             float *lse, const float *q, const float *k, const float *v,
+                             const int *cu, int nseq, int N, int Hq, int Hkv, int D,
+                             int causal);
+void chunk_attention_backward(kdev *dev, const chunk_cache *cc, int l, int j, float *dq,
+                              float *dk, float *dv, const float *datt, const float *q,
+                              const float *k, const float *v, const float *att,
+                              const float *lse, const int *cu, int nseq, int N, int Hq,
+                              int Hkv, int D, int causal);
 
 /* Per-call context: sequences and RoPE tables for this batch. */
 typedef struct {
     int N;                          /* tokens of the micro batch (attention sees all) */
     int N_local;                    /* tokens in this rank's residual stream: N / tp under
                                        sequence parallelism, else N */
+    /* Every array here is on the stack's device. */
     const float *cos, *sin;         /* [N, D/2] when the stack uses RoPE */
     const int *cu;                  /* [nseq + 1] sequence boundaries of ordinary layers */
-    int nseq;
+    int nseq, max_seq;              /* max_seq: the longest of those sequences */
     const int *cu_full;             /* [nseq_full + 1] for layers with full_attn set */
-    int nseq_full;
+    int nseq_full, max_seq_full;
     const int *cp_pos;              /* context parallel: [cp][N] the position inside its
                                        sequence of every local token of every cp rank
                                        (all ranks hold N tokens, sequences at cu); NULL
@@ -229,17 +254,19 @@ typedef struct {
  * (cp_attn.c): the same result as kcpu_attention_forward/backward (causal) on the whole
  * sequences, for this rank's rows.  ring holds 8 N Hkv D floats of scratch.  Forward:
  * att, lse overwritten.  Backward: dq, dk, dv accumulated. */
-int cp_attention_forward(comm *cp, float *ring, float *att, float *lse, const float *q,
-                         const float *k, const float *v, const int *cu, int nseq,
-                         const int *cp_pos, int N, int Hq, int Hkv, int D, hearth_err *err);
-int cp_attention_backward(comm *cp, float *ring, float *dq, float *dk, float *dv,
+int cp_attention_forward(kdev *dev, comm *cp, float *ring, float *att, float *lse,
+                         const float *q, const float *k, const float *v, const int *cu,
+                         int nseq, int max_seq, const int *cp_pos, int N, int Hq, int Hkv,
+                         int D, hearth_err *err);
+int cp_attention_backward(kdev *dev, comm *cp, float *ring, float *dq, float *dk, float *dv,
                           const float *datt, const float *q, const float *k, const float *v,
                           const float *att, const float *lse, const int *cu, int nseq,
-                          const int *cp_pos, int N, int Hq, int Hkv, int D, hearth_err *err);
+                          int max_seq, const int *cp_pos, int N, int Hq, int Hkv, int D,
+                          hearth_err *err);
 
 /* Fills the derived sizes.  moe_* are 0 for a dense stack. */
-void stack_cfg_init(stack_cfg *c, const stack_shape *s, int causal, int E, int K, int Fm,
-                    int Fs);
+void stack_cfg_init(stack_cfg *c, kdev *dev, const stack_shape *s, int causal, int E, int K,
+                    int Fm, int Fs);
 /* Makes c describe rank t of tp and rank e of ep (model_par.h says what is split how).
  * HERR_CONFIG naming `comp` ("decoder", "encoder") and the dimension when the split is
  * impossible: heads % tp, kv_heads % tp (tp <= kv_heads) or tp % kv_heads (tp >
@@ -317,15 +344,15 @@ int moe_backward_combine(const stack_cfg *c, block *blk, stack_scratch *sc, comm
                          const float *dout, float *dh, int N, float aux_scale,
                          hearth_err *err);
 /* Floats/ints the MoE layer and its scratch take for N tokens (sizing, see block.c). */
-void moe_take(const stack_cfg *c, block *blk, farena *fa, iarena *ia, int N);
+void moe_take(const stack_cfg *c, block *blk, farena *fa, iarena *ia, iarena *ih, int N);
 void moe_take_scratch(const stack_cfg *c, stack_scratch *sc, farena *fa, int N);
 
 /* Normalisation of a stack or the projector: rmsnorm (mean unused) or layernorm. */
-void norm_forward(norm_kind kind, float *out, float *mean, float *rstd, const float *inp,
-                  const float *w, const float *b, int N, int C, float eps);
-void norm_backward(norm_kind kind, float *dinp, float *dw, float *db, const float *dout,
-                   const float *inp, const float *w, const float *mean, const float *rstd,
-                   int N, int C);
+void norm_forward(kdev *dev, norm_kind kind, float *out, float *mean, float *rstd,
+                  const float *inp, const float *w, const float *b, int N, int C, float eps);
+void norm_backward(kdev *dev, norm_kind kind, float *dinp, float *dw, float *db,
+                   const float *dout, const float *inp, const float *w, const float *mean,
+                   const float *rstd, int N, int C);
 
 /* ---- ViT window index (Qwen2.5-VL get_window_index) ----------------------------------
  * Merge units (spatial_merge^2 patches that become one decoder token) of every image and
@@ -352,18 +379,22 @@ typedef struct {
     float *patch_w, *patch_gw;      /* [hidden, patch_dim] */
     int patch_dim;
     int ws;                         /* window side in merge units (0: none) */
-    /* per-batch state, grown on demand */
+    /* per-batch state, grown on demand: host arrays, and the device copies of what the
+     * kernels read (suffix _d) */
     int cap_patches;
     int n_patches, n_units, n_images, n_frames, n_windows;
     float *pix;                     /* [P, patch_dim] pixels in window order */
     float *cos, *sin;               /* [P, D/2] */
     int *pos_hw, *unit_rc, *win_idx, *cu_win, *cu_frame;
+    float *pix_d, *cos_d, *sin_d;
+    int *win_idx_d, *cu_win_d, *cu_frame_d;
     stack_ctx ctx;                  /* of the last forward, for the backward */
 } encoder_part;
 
 typedef struct {
     int present;
     const projector_shape *sh;
+    kdev *dev;
     int in, hidden, out, merge2;
     float *norm_w, *norm_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
     float *norm_gw, *norm_gb, *fc1_gw, *fc1_gb, *fc2_gw, *fc2_gb;
@@ -371,7 +402,7 @@ typedef struct {
     float *hn, *mean, *rstd;        /* [P, in], [P], [P] */
     float *f1, *g1, *y;             /* [U, hidden], [U, hidden], [U, out] (window order) */
     float *dy, *dg1, *df1, *dhn;
-    float *fbuf;
+    float *fbuf;                    /* device */
     fp8_layer *fp8;                 /* FP8 state of fc1/fc2 (fp8.h); NULL = fp32 */
 } projector_part;
 
@@ -403,41 +434,60 @@ typedef struct {
     int cap_local;                  /* N the buffers are sized for (with cap_tokens) */
     chunk_cache cc;                 /* the owner's: the chunks' key/value cache */
     stack_ctx ctx;
+    /* host: built per micro batch */
     int *ids;                       /* [N] token ids, -1 at image tokens */
     int *tgt;                       /* [N] targets */
     int *imgk;                      /* [N] image row of an image token, else -1 */
     int *lrow;                      /* [N] the token's row in the micro batch (cp: its
                                        chunk's; else the identity) */
     int *cp_pos;                    /* cp > 1: [cp][N] (stack_ctx.cp_pos) */
-    int *cu, *pos3, *pos1, *trow, *tchunk;
+    int *cu, *pos3, *pos1, *trow, *ttgt;
+    int *erow;                      /* [N] the token's row of the embedding slice, or -1 */
+    int *prow;                      /* [N] learned positions: the token's position row */
+    int *imgdst;                    /* [n_full] image row k -> its local row of the stack
+                                       input, or -1 */
     float *cos, *sin;               /* [n_full, D/2] */
     float *cosl, *sinl;             /* cp > 1: [N, D/2] the local rows of cos, sin */
+    float *cmax_h;                  /* [chunk] row maxima */
+    double *lse;                    /* [N] log-sum-exp of every target row */
+    double *csum;                   /* [2 chunk] sums of exponentials, target logits */
+    float *losses_h;                /* [chunk] */
+    /* device: the copies of what kernels read, and the activations */
+    int *cp_pos_d, *cu_d, *trow_d, *ttgt_d, *erow_d, *prow_d, *imgk_d, *imgdst_d;
+    float *cos_d, *sin_d;           /* [N, D/2] the local rows */
     float *xg;                      /* [N, H]: partial embeddings, gathered gradients */
+    float *pbuf;                    /* learned positions: [N, H] the rows to add */
     float *hl, *hf, *meanf, *rstdf; /* final norm output (local rows, gathered), stats */
     float *dhf, *dhl;               /* [N, H] head input gradient, its local rows */
     float *hc, *logits, *dlogits, *dhc, *losses;   /* head chunk buffers */
     float *cmax;                    /* [chunk] row maxima */
-    double *lse;                    /* [N] log-sum-exp of every target row */
-    double *csum;                   /* [2 chunk] sums of exponentials, target logits */
-    float *fbuf;
-    int *ibuf;
+    double *lse_d;                  /* [N] */
+    double *csum_d;                 /* [2 chunk] */
+    float *fbuf;                    /* device: float arena */
+    int *ibuf;                      /* host: int arena */
+    int *ibuf_d;                    /* device: int arena */
+    float *hbuf;                    /* host: float arena (tables, head statistics) */
+    double *dbuf_d;                 /* device: lse_d, csum_d */
     fp8_layer *head_fp8;            /* FP8 state of the LM head (fp8.h); NULL = fp32 */
 } decoder_part;
 
 struct model {
     model_shape shape;
     model_par par;
+    kdev *dev;                      /* par.dev, or a cpu device of its own (own_dev) */
+    int own_dev;
     model *owner;                   /* model_clone: the model whose arrays are borrowed */
     size_t n_params;
-    float *params, *grads;
+    float *params, *grads;          /* device */
     model_tensor *tensors;
     int n_tensors;
     encoder_part enc;
     projector_part proj;
     decoder_part dec;
-    float *img_feat, *dimg_feat;    /* [U, decoder H]: projector output, original order */
+    float *img_feat, *dimg_feat;    /* device [U, decoder H]: projector output, original
+                                       order, and its gradient */
     int cap_img_units;
-    int *pin_route;                 /* model_pin_routing: expert indices, or NULL */
+    int *pin_route;                 /* host: model_pin_routing: expert indices, or NULL */
     size_t n_pin;
     struct fp8_model *fp8;          /* model_set_fp8 (fp8_model.c); NULL = no FP8 */
     model **chunk_objs;             /* model_forward_backward_chunks: clones running
@@ -451,8 +501,11 @@ struct model {
 int encoder_forward(model *m, int n_images, const int *grid_thw, const float *pixels,
                     hearth_err *err);
 int encoder_backward(model *m, hearth_err *err);
+/* Releases the encoder's and the projector's buffers (encoder.c). */
+void encoder_free(model *m);
 /* Projector on x [U * merge^2, in / merge^2] (encoder output, window order): y_orig
- * [U, out] in the original unit order (row win_idx[u] gets window unit u).  The backward
+ * [U, out] in the original unit order (row win_idx[u] gets window unit u; win_idx is a
+ * device array).  The backward
  * takes dy_orig in the original order, accumulates parameter gradients and, when dx is
  * not NULL, overwrites dx [U * merge^2, in / merge^2] with the input gradient. */
 int projector_reserve(projector_part *pj, int n_units, hearth_err *err);
@@ -472,6 +525,8 @@ void model_reg_bind(model *m);
  * and keeps what the backward needs; the backward writes d->dhf (partial over tp, zero
  * outside target rows) and accumulates the head's gradient. */
 int head_forward(decoder_part *d, double *loss, hearth_err *err);
+/* Releases the decoder part's buffers and its stack (decoder.c). */
+void decoder_free(decoder_part *d);
 int head_backward(decoder_part *d, float loss_scale, hearth_err *err);
 
 #endif

@@ -150,7 +150,7 @@ static int setup_parts(model *m, hearth_err *err)
         e->sh = es;
         e->patch_dim = es->in_channels * es->temporal_patch * es->patch * es->patch;
         e->ws = es->window_px > 0 ? es->window_px / es->patch / es->spatial_merge : 0;
-        stack_cfg_init(&c, &es->s, 0, 0, 0, 0, 0);
+        stack_cfg_init(&c, m->dev, &es->s, 0, 0, 0, 0, 0);
         if ((rc = stack_cfg_split(&c, "encoder", group_size(par->enc_tp),
                                   group_rank(par->enc_tp), 1, 0, err)) ||
             (rc = stack_init(&e->st, &c, es->s.layers, err)))
@@ -167,6 +167,7 @@ static int setup_parts(model *m, hearth_err *err)
         projector_part *pj = &m->proj;
         pj->present = 1;
         pj->sh = &sh->projector;
+        pj->dev = m->dev;
         pj->merge2 = es->spatial_merge * es->spatial_merge;
         pj->in = pj->merge2 * es->s.hidden;
         pj->hidden = sh->projector.hidden;
@@ -190,7 +191,7 @@ static int setup_parts(model *m, hearth_err *err)
     d->has_embed = par->has_embed;
     d->has_head = par->has_head;
     int E = ds->moe_experts;
-    stack_cfg_init(&c, &ds->s, 1, E, E > 0 ? ds->moe_top_k : 0, E > 0 ? ds->moe_ffn : 0,
+    stack_cfg_init(&c, m->dev, &ds->s, 1, E, E > 0 ? ds->moe_top_k : 0, E > 0 ? ds->moe_ffn : 0,
                    E > 0 ? ds->moe_shared_ffn : 0);
     if ((rc = stack_cfg_split(&c, "decoder", d->tp, d->t, group_size(par->ep),
                               group_rank(par->ep), err)) ||
@@ -220,6 +221,16 @@ int model_create_par(model **out, const model_shape *full, const model_par *par,
         return herr_set(err, HERR_NOMEM, "model: out of memory");
     m->shape = *full;
     m->par = *par;
+    m->dev = par->dev;
+    if (!m->dev) {
+        char msg[256];
+        if ((rc = kdev_create(&m->dev, KDEV_CPU, msg, sizeof msg))) {
+            free(m);
+            return herr_set(err, rc, "model: %s", msg);
+        }
+        m->own_dev = 1;
+        m->par.dev = m->dev;
+    }
     if ((rc = setup_parts(m, err)) || (rc = model_reg_build(m, seed, err))) {
         model_free(m);
         return rc;
@@ -243,6 +254,7 @@ int model_clone(model **out, model *owner, hearth_err *err)
         return herr_set(err, HERR_NOMEM, "model: out of memory");
     m->shape = owner->shape;
     m->par = owner->par;
+    m->dev = owner->dev;
     m->owner = owner;
     int rc = setup_parts(m, err);
     if (rc) {
@@ -269,34 +281,22 @@ void model_free(model *m)
 {
     if (!m)
         return;
-    stack_free(&m->enc.st);
-    free(m->enc.pix);
-    free(m->enc.cos);
-    free(m->enc.sin);
-    free(m->enc.pos_hw);
-    free(m->enc.unit_rc);
-    free(m->enc.win_idx);
-    free(m->enc.cu_win);
-    free(m->enc.cu_frame);
-    free(m->proj.fbuf);
-    stack_free(&m->dec.st);
-    free(m->dec.fbuf);
-    free(m->dec.ibuf);
-    free(m->dec.lse);
-    free(m->img_feat);
-    free(m->dimg_feat);
+    encoder_free(m);
+    decoder_free(&m->dec);
     free(m->pin_route);
     for (int i = 0; i < m->n_chunk_objs; i++)
         model_free(m->chunk_objs[i]);
     free(m->chunk_objs);
-    free(m->dec.cc.buf);
-    free(m->dec.cc.pos);
+    kdev_release(m->dev, m->dec.cc.buf);
+    kdev_release(m->dev, m->dec.cc.pos);
     fp8_model_free(m);
     if (!m->owner) {
         free(m->tensors);
-        free(m->params);
-        free(m->grads);
+        kdev_release(m->dev, m->params);
+        kdev_release(m->dev, m->grads);
     }
+    if (m->own_dev)
+        kdev_free(m->dev);
     free(m);
 }
 
@@ -319,10 +319,11 @@ const model_tensor *model_tensor_find(const model *m, const char *name)
     return NULL;
 }
 
+kdev *model_device(const model *m) { return m->dev; }
+
 void model_zero_grad(model *m)
 {
-    if (m->n_params)
-        memset(m->grads, 0, m->n_params * sizeof(float));
+    kdev_zero(m->dev, m->grads, m->n_params * sizeof(float));
 }
 
 size_t model_last_routing(const model *m, int *out, size_t cap)
@@ -332,9 +333,10 @@ size_t model_last_routing(const model *m, int *out, size_t cap)
     for (int l = 0; l < st->L; l++) {
         if (!st->layers[l].moe)
             continue;
-        for (size_t i = 0; i < per; i++, n++)
-            if (out && n < cap)
-                out[n] = st->layers[l].topk_idx[i];
+        if (out && n < cap)
+            kdev_download(m->dev, out + n, st->layers[l].topk_idx,
+                          (per < cap - n ? per : cap - n) * sizeof(int));
+        n += per;
     }
     return n;
 }

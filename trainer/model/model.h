@@ -1,10 +1,11 @@
-/* model.h - the vision-language model on the fp32 CPU reference path.
+/* model.h - the vision-language model, on any device of kdev.h (docs/device.md).
  *
  * encoder (ViT: patch embedding, blocks with 2-D RoPE and windowed/full attention) ->
  * projector (patch merger: norm, spatial_merge^2 concat, MLP) -> decoder (token
  * embedding with image positions filled by projector outputs, blocks with GQA attention
  * and the preset's positions, dense or MoE MLP, final norm, LM head, cross-entropy over
- * text targets).  Forward and backward are written out by hand on kernels/kernels.h.
+ * text targets).  Forward and backward are written out by hand on the device interface
+ * (kernels/kdev.h); the cpu device is the fp32 reference.
  *
  * Ownership: model_create allocates everything the model needs (parameters, gradients,
  * activation buffers grown on demand); model_free releases it.  Batches are borrowed. */
@@ -107,8 +108,12 @@ void model_free(model *m);
 
 const model_shape *model_get_shape(const model *m);
 size_t model_param_count(const model *m);
+/* The flat parameter and gradient arrays [model_param_count], in the memory of the
+ * model's device (model_device; on the cpu device, host memory). */
 float *model_params(model *m);
 float *model_grads(model *m);
+/* The device the model runs on (model_par.dev, or the cpu device it created). */
+struct kdev *model_device(const model *m);
 int model_tensor_count(const model *m);
 const model_tensor *model_tensor_at(const model *m, int i);
 const model_tensor *model_tensor_find(const model *m, const char *name);
@@ -150,7 +155,8 @@ size_t model_chunk_cache_bytes(const model *m);
 
 /* The decoder's final-norm output of the last forward, [*n_tokens, *hidden] row-major
  * (every position, image tokens included; under context parallelism this rank's
- * positions, model_par.h): the LM head's input, so logits = hidden x head weight^T.  For checks against other implementations.  NULL when this model holds
+ * positions, model_par.h): the LM head's input, so logits = hidden x head weight^T, in the
+ * device's memory.  For checks against other implementations.  NULL when this model holds
  * no LM head or has not run a forward.  Valid until the next forward. */
 const float *model_last_hidden(const model *m, int *n_tokens, int *hidden);
 

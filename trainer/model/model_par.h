@@ -64,6 +64,7 @@
 #define HEARTH_MODEL_PAR_H
 
 #include "comm/comm.h"
+#include "kdev.h"
 #include "model/model.h"
 
 typedef struct {
@@ -81,6 +82,9 @@ typedef struct {
     /* encoder and projector */
     int has_encoder;
     comm *enc_tp;             /* encoder tensor-parallel group; NULL = size 1 */
+    /* where the model's tensors live and its work runs (kdev.h); NULL = a cpu device the
+     * model creates and owns.  Borrowed: it must outlive the model. */
+    kdev *dev;
 } model_par;
 
 /* The model_par of the single-rank model: everything, no groups.  model_create is

@@ -29,6 +29,7 @@ typedef struct {
     int count;
     size_t offset;
     uint64_t seed;
+    float *host;    /* the fill pass: the parameters are initialised here, then uploaded */
     int frozen;     /* the component being registered is frozen */
     int nomem;      /* the fill pass could not allocate a full tensor */
 } reg_ctx;
@@ -146,7 +147,7 @@ static float *reg(reg_ctx *r, float **grad, init_kind init, double std, const sh
     t->frozen = r->frozen;
     t->shard = sh;
 
-    float *p = m->params + off;
+    float *p = r->host + off;
     if (init == INIT_NORMAL) {
         size_t full = model_shard_full_numel(&sh);
         if (full == numel) {
@@ -157,7 +158,7 @@ static float *reg(reg_ctx *r, float **grad, init_kind init, double std, const sh
             float *tmp = malloc(full * sizeof *tmp);
             if (!tmp) {
                 r->nomem = 1;
-                return p;
+                return m->params + off;
             }
             init_normal(tmp, full, std, r->seed, t->name);
             model_shard_extract(&sh, tmp, p);
@@ -168,7 +169,7 @@ static float *reg(reg_ctx *r, float **grad, init_kind init, double std, const sh
         for (size_t i = 0; i < numel; i++)
             p[i] = v;
     }
-    return p;
+    return m->params + off;
 }
 
 #define DIMS(...) ((const int64_t[]){ __VA_ARGS__ })
@@ -351,17 +352,29 @@ int model_reg_build(model *m, uint64_t seed, hearth_err *err)
     reg_all(&r);
     m->n_params = r.offset;
     m->n_tensors = r.count;
+    size_t bytes = m->n_params * sizeof(float);
     m->tensors = calloc(r.count ? (size_t)r.count : 1, sizeof *m->tensors);
-    m->params = malloc((m->n_params ? m->n_params : 1) * sizeof(float));
-    m->grads = calloc(m->n_params ? m->n_params : 1, sizeof(float));
-    if (!m->tensors || !m->params || !m->grads)
-        return herr_set(err, HERR_NOMEM, "model: out of memory for %zu parameters",
-                        r.offset);
-    r = (reg_ctx){ .m = m, .pass = PASS_FILL, .seed = seed };
+    float *host = malloc(bytes ? bytes : 1);
+    int rc = 0;
+    if (!m->tensors || !host)
+        rc = herr_set(err, HERR_NOMEM, "model: out of memory for %zu parameters", r.offset);
+    if (!rc)
+        rc = dev_alloc(m->dev, (void **)&m->params, bytes, "parameters", err);
+    if (!rc)
+        rc = dev_alloc(m->dev, (void **)&m->grads, bytes, "gradients", err);
+    if (rc) {
+        free(host);
+        return rc;
+    }
+    /* Initialised on the host and uploaded: one seed, one set of weights on every device. */
+    r = (reg_ctx){ .m = m, .pass = PASS_FILL, .seed = seed, .host = host };
     reg_all(&r);
     if (r.nomem)
-        return herr_set(err, HERR_NOMEM, "model: out of memory initialising a shard");
-    return 0;
+        rc = herr_set(err, HERR_NOMEM, "model: out of memory initialising a shard");
+    else
+        rc = dev_upload(m->dev, m->params, host, bytes, err);
+    free(host);
+    return rc;
 }
 
 void model_reg_bind(model *m)

@@ -33,13 +33,12 @@
 
 #include "model/internal.h"
 
-static void zero(float *x, size_t n)
+static void zero(kdev *dev, float *x, size_t n)
 {
-    if (n)
-        memset(x, 0, n * sizeof *x);
+    kdev_zero(dev, x, n * sizeof *x);
 }
 
-void moe_take(const stack_cfg *c, block *b, farena *fa, iarena *ia, int N)
+void moe_take(const stack_cfg *c, block *b, farena *fa, iarena *ia, iarena *ih, int N)
 {
     size_t n = (size_t)N, nk = n * c->K;
     b->logits = fa_take(fa, n * c->E);
@@ -48,6 +47,7 @@ void moe_take(const stack_cfg *c, block *b, farena *fa, iarena *ia, int N)
     b->topk_w = fa_take(fa, nk);
     b->topk_idx = ia_take(ia, nk);
     b->offsets = ia_take(ia, (size_t)c->E + 1);
+    b->off_h = ia_take(ih, (size_t)c->E + 1);
     b->row_src = ia_take(ia, nk);
     b->slot_row = ia_take(ia, nk);
     b->xp = fa_take(fa, nk * c->H);
@@ -55,8 +55,8 @@ void moe_take(const stack_cfg *c, block *b, farena *fa, iarena *ia, int N)
     b->ue = c->ep > 1 ? NULL : fa_take(fa, nk * 2 * c->Fm);
     b->ae = c->ep > 1 ? NULL : fa_take(fa, nk * c->Fm);
     b->ye = fa_take(fa, nk * c->H);
-    b->ep_cnt = c->ep > 1 ? ia_take(ia, (size_t)2 * c->E) : NULL;
-    b->ep_off = c->ep > 1 ? ia_take(ia, (size_t)c->El + 1) : NULL;
+    b->ep_cnt = c->ep > 1 ? ia_take(ih, (size_t)2 * c->E) : NULL;
+    b->ep_off = c->ep > 1 ? ia_take(ih, (size_t)c->El + 1) : NULL;
     b->us = c->Fs > 0 ? fa_take(fa, n * 2 * c->Fs) : NULL;
     b->as = c->Fs > 0 ? fa_take(fa, n * c->Fs) : NULL;
 }
@@ -167,12 +167,12 @@ static int experts_forward(const stack_cfg *c, const block_params *p, const int 
             continue;
         const float *w1 = p->exp_fc1_w + (size_t)e * 2 * Fm * H;
         const float *w2 = p->exp_fc2_w + (size_t)e * H * Fm;
-        int rc = fp8_linear_forward(p->fp8, FP8_EXPERT_FC1, e, 0, u + r0 * 2 * Fm,
+        int rc = fp8_linear_forward(c->dev, p->fp8, FP8_EXPERT_FC1, e, 0, u + r0 * 2 * Fm,
                                     x + r0 * H, w1, NULL, n, H, 2 * Fm, err);
         if (rc)
             return rc;
-        kcpu_swiglu_forward(a + r0 * Fm, u + r0 * 2 * Fm, n, Fm);
-        if ((rc = fp8_linear_forward(p->fp8, FP8_EXPERT_FC2, e, 0, y + r0 * H, a + r0 * Fm,
+        kdev_swiglu_forward(c->dev, a + r0 * Fm, u + r0 * 2 * Fm, n, Fm);
+        if ((rc = fp8_linear_forward(c->dev, p->fp8, FP8_EXPERT_FC2, e, 0, y + r0 * H, a + r0 * Fm,
                                      w2, NULL, n, Fm, H, err)))
             return rc;
     }
@@ -193,14 +193,14 @@ static int experts_backward(const stack_cfg *c, const block *b, const int *off, 
         if (n == 0)
             continue;
         size_t o1 = (size_t)e * 2 * Fm * H, o2 = (size_t)e * H * Fm;
-        int rc = fp8_linear_backward(p->fp8, FP8_EXPERT_FC2, e, da + r0 * Fm,
+        int rc = fp8_linear_backward(c->dev, p->fp8, FP8_EXPERT_FC2, e, da + r0 * Fm,
                                      g->exp_fc2_w ? g->exp_fc2_w + o2 : NULL, NULL,
                                      dy + r0 * H, a + r0 * Fm, p->exp_fc2_w + o2, n, Fm, H,
                                      err);
         if (rc)
             return rc;
-        kcpu_swiglu_backward(du + r0 * 2 * Fm, da + r0 * Fm, u + r0 * 2 * Fm, n, Fm);
-        if ((rc = fp8_linear_backward(p->fp8, FP8_EXPERT_FC1, e, dx + r0 * H,
+        kdev_swiglu_backward(c->dev, du + r0 * 2 * Fm, da + r0 * Fm, u + r0 * 2 * Fm, n, Fm);
+        if ((rc = fp8_linear_backward(c->dev, p->fp8, FP8_EXPERT_FC1, e, dx + r0 * H,
                                       g->exp_fc1_w ? g->exp_fc1_w + o1 : NULL, NULL,
                                       du + r0 * 2 * Fm, x + r0 * H, p->exp_fc1_w + o1, n, H,
                                       2 * Fm, err)))
@@ -211,14 +211,18 @@ static int experts_backward(const stack_cfg *c, const block *b, const int *off, 
 
 /* ---- expert parallel exchange ------------------------------------------------------ */
 
-static int grow(float **buf, size_t *cap, size_t n, hearth_err *err)
+/* Grows a device buffer, keeping its contents. */
+static int grow(kdev *dev, float **buf, size_t *cap, size_t n, hearth_err *err)
 {
     if (n <= *cap && *buf)
         return 0;
-    float *p = realloc(*buf, (n ? n : 1) * sizeof *p);
-    if (!p)
-        return herr_set(err, HERR_NOMEM, "moe: out of memory for %zu floats of expert rows",
-                        n);
+    float *p;
+    int rc = dev_alloc(dev, (void **)&p, (n ? n : 1) * sizeof *p, "expert rows", err);
+    if (rc)
+        return herr_prefix(err, rc, "moe");
+    if (*buf)
+        kdev_copy(dev, p, *buf, *cap * sizeof *p);
+    kdev_release(dev, *buf);
     *buf = p;
     *cap = n ? n : 1;
     return 0;
@@ -241,8 +245,8 @@ static int exchange(comm *ep, const stack_cfg *c, const block *b, const float *s
     size_t H = (size_t)c->H, q = 0;
     size_t *pc = w, *pd = w + P, *qc = w + 2 * P, *qd = w + 3 * P;
     for (int j = 0; j < P; j++) {
-        pd[j] = (size_t)b->offsets[j * El] * H;
-        pc[j] = (size_t)(b->offsets[(j + 1) * El] - b->offsets[j * El]) * H;
+        pd[j] = (size_t)b->off_h[j * El] * H;
+        pc[j] = (size_t)(b->off_h[(j + 1) * El] - b->off_h[j * El]) * H;
         size_t r = 0;
         for (int i = 0; i < El; i++)
             r += (size_t)rcnt(c, b, j, i);
@@ -272,9 +276,9 @@ static void regroup(const stack_cfg *c, const block *b, float *dst, const float 
             size_t n = (size_t)rcnt(c, b, j, i);
             if (n) {
                 if (to_expert)
-                    memcpy(dst + e * H, src + w[j] * H, n * H * sizeof *dst);
+                    kdev_copy(c->dev, dst + e * H, src + w[j] * H, n * H * sizeof *dst);
                 else
-                    memcpy(dst + w[j] * H, src + e * H, n * H * sizeof *dst);
+                    kdev_copy(c->dev, dst + w[j] * H, src + e * H, n * H * sizeof *dst);
             }
             w[j] += n;
             e += n;
@@ -288,7 +292,7 @@ static int ep_scratch(const stack_cfg *c, stack_scratch *sc, size_t R, float **s
                       float **y, float **dx, float **da, float **du, hearth_err *err)
 {
     size_t H = (size_t)c->H, Fm = (size_t)c->Fm;
-    int rc = grow(&sc->ep_buf, &sc->ep_cap, R * (3 * H + 3 * Fm), err);
+    int rc = grow(c->dev, &sc->ep_buf, &sc->ep_cap, R * (3 * H + 3 * Fm), err);
     if (rc)
         return rc;
     *stage = sc->ep_buf;
@@ -321,26 +325,35 @@ int moe_forward_route(const stack_cfg *c, block *b, stack_scratch *sc, comm *ep,
 {
     const block_params *p = &b->p;
     int H = c->H, E = c->E, K = c->K, El = c->El, P = c->ep;
+    kdev *dev = c->dev;
     float aux = 0;
 
-    int rc = fp8_linear_forward(p->fp8, FP8_ROUTER, 0, N, b->logits, b->h2, p->router_w,
+    /* Pinned routing and the cp statistics are host loops over the router's outputs. */
+    if ((b->pin || b->cp) && kdev_get_kind(dev) != KDEV_CPU)
+        return herr_set(err, HERR_CONFIG, "moe: pinned routing and context parallelism run "
+                        "on the cpu device only");
+    int rc = fp8_linear_forward(dev, p->fp8, FP8_ROUTER, 0, N, b->logits, b->h2, p->router_w,
                                 NULL, N, H, E, err);
     if (rc)
         return rc;
-    kcpu_moe_router_forward(b->topk_idx, b->topk_w, b->probs, &aux, b->logits, N, E, K);
+    kdev_moe_router_forward(dev, b->topk_idx, b->topk_w, b->probs, sc->aux_d, b->logits, N,
+                            E, K);
+    kdev_download(dev, &aux, sc->aux_d, sizeof aux);
     if (b->pin)
         aux = pin_routing(b, N, E, K);
     if (b->cp && (rc = cp_aux(b, N, E, K, &aux, err)))
         return rc;
     b->aux = aux;
-    kcpu_moe_plan(b->offsets, b->row_src, b->slot_row, b->topk_idx, N, E, K);
-    kcpu_moe_permute_forward(b->xp, b->h2, b->row_src, N, K, H);
-    if (P <= 1)
-        return 0;
+    kdev_moe_plan(dev, b->offsets, b->row_src, b->slot_row, b->topk_idx, N, E, K);
+    kdev_moe_permute_forward(dev, b->xp, b->h2, b->row_src, N, K, H);
+    /* The experts' row ranges size host-side loops (one matmul per expert). */
+    kdev_download(dev, b->off_h, b->offsets, ((size_t)E + 1) * sizeof(int));
+    if ((rc = dev_check(dev, err)) || P <= 1)
+        return rc;
     /* The per-expert counts go first, so that every rank knows what arrives. */
     int *scnt = b->ep_cnt;
     for (int e = 0; e < E; e++)
-        scnt[e] = b->offsets[e + 1] - b->offsets[e];
+        scnt[e] = b->off_h[e + 1] - b->off_h[e];
     rc = comm_all_to_all(ep, scnt, b->ep_cnt + E, (size_t)El, COMM_I32, err);
     if (rc)
         return rc;
@@ -354,7 +367,7 @@ int moe_forward_route(const stack_cfg *c, block *b, stack_scratch *sc, comm *ep,
     size_t R = (size_t)b->ep_off[El], Hs = (size_t)H, Fm = (size_t)c->Fm;
     b->ep_rows = (int)R;
     float *stage, *y, *dx, *da, *du;
-    if ((rc = grow(&b->ep_buf, &b->ep_cap, R * (Hs + 3 * Fm), err)) ||
+    if ((rc = grow(dev, &b->ep_buf, &b->ep_cap, R * (Hs + 3 * Fm), err)) ||
         (rc = ep_scratch(c, sc, R, &stage, &y, &dx, &da, &du, err)))
         return rc;
     b->xr = b->ep_buf;
@@ -384,7 +397,7 @@ int moe_forward_dispatch(const stack_cfg *c, block *b, stack_scratch *sc, comm *
 int moe_forward_experts(const stack_cfg *c, block *b, stack_scratch *sc, hearth_err *err)
 {
     if (c->ep <= 1) {
-        return experts_forward(c, &b->p, b->offsets, c->E, b->xp, b->ue, b->ae, b->ye, err);
+        return experts_forward(c, &b->p, b->off_h, c->E, b->xp, b->ue, b->ae, b->ye, err);
     }
     size_t *w = ep_index(c, err);
     if (!w)
@@ -407,17 +420,17 @@ int moe_forward_combine(const stack_cfg *c, block *b, stack_scratch *sc, comm *e
         if (rc)
             return rc;
     }
-    kcpu_moe_unpermute_forward(out, b->ye, b->topk_w, b->slot_row, N, K, H);
+    kdev_moe_unpermute_forward(c->dev, out, b->ye, b->topk_w, b->slot_row, N, K, H);
     if (Fs > 0) {
-        int rc = fp8_linear_forward(p->fp8, FP8_SHARED_FC1, 0, N, b->us, b->h2, p->sh_fc1_w,
+        int rc = fp8_linear_forward(c->dev, p->fp8, FP8_SHARED_FC1, 0, N, b->us, b->h2, p->sh_fc1_w,
                                     NULL, N, H, 2 * Fs, err);
         if (rc)
             return rc;
-        kcpu_swiglu_forward(b->as, b->us, N, Fs);
-        if ((rc = fp8_linear_forward(p->fp8, FP8_SHARED_FC2, 0, N, sc->shared_out, b->as,
+        kdev_swiglu_forward(c->dev, b->as, b->us, N, Fs);
+        if ((rc = fp8_linear_forward(c->dev, p->fp8, FP8_SHARED_FC2, 0, N, sc->shared_out, b->as,
                                      p->sh_fc2_w, NULL, N, Fs, H, err)))
             return rc;
-        kcpu_accumulate(out, sc->shared_out, (size_t)N * H);
+        kdev_accumulate(c->dev, out, sc->shared_out, (size_t)N * H);
     }
     return 0;
 }
@@ -427,10 +440,10 @@ int moe_backward_unpermute(const stack_cfg *c, block *b, stack_scratch *sc,
 {
     int H = c->H, K = c->K;
     size_t nk = (size_t)N * K;
-    zero(sc->dye, nk * H);
-    zero(sc->dtopk, nk);
-    kcpu_moe_unpermute_backward(sc->dye, sc->dtopk, dout, b->ye, b->topk_w, b->slot_row, N,
-                                K, H);
+    zero(c->dev, sc->dye, nk * H);
+    zero(c->dev, sc->dtopk, nk);
+    kdev_moe_unpermute_backward(c->dev, sc->dye, sc->dtopk, dout, b->ye, b->topk_w,
+                                b->slot_row, N, K, H);
     if (c->ep <= 1)
         return 0;
     float *stage, *dy, *dx, *da, *du;
@@ -449,10 +462,10 @@ int moe_backward_experts(const stack_cfg *c, block *b, stack_scratch *sc, int N,
     size_t H = (size_t)c->H, Fm = (size_t)c->Fm;
     if (c->ep <= 1) {
         size_t nk = (size_t)N * c->K;
-        zero(sc->dae, nk * Fm);
-        zero(sc->due, nk * 2 * Fm);
-        zero(sc->dxp, nk * H);
-        return experts_backward(c, b, b->offsets, c->E, sc->dye, b->xp, b->ue, b->ae,
+        zero(c->dev, sc->dae, nk * Fm);
+        zero(c->dev, sc->due, nk * 2 * Fm);
+        zero(c->dev, sc->dxp, nk * H);
+        return experts_backward(c, b, b->off_h, c->E, sc->dye, b->xp, b->ue, b->ae,
                                 sc->dae, sc->due, sc->dxp, err);
     }
     size_t R = (size_t)b->ep_rows;
@@ -464,9 +477,9 @@ int moe_backward_experts(const stack_cfg *c, block *b, stack_scratch *sc, int N,
     if (!w)
         return HERR_NOMEM;
     regroup(c, b, dy, stage, 1, w);
-    zero(da, R * Fm);
-    zero(du, R * 2 * Fm);
-    zero(dx, R * H);
+    zero(c->dev, da, R * Fm);
+    zero(c->dev, du, R * 2 * Fm);
+    zero(c->dev, dx, R * H);
     rc = experts_backward(c, b, b->ep_off, c->El, dy, b->xr, b->ur, b->ar, da, du, dx, err);
     regroup(c, b, stage, dx, 0, w);
     free(w);
@@ -484,26 +497,26 @@ int moe_backward_combine(const stack_cfg *c, block *b, stack_scratch *sc, comm *
         if (rc)
             return rc;
     }
-    kcpu_moe_permute_backward(dh, sc->dxp, b->row_src, N, K, H);
+    kdev_moe_permute_backward(c->dev, dh, sc->dxp, b->row_src, N, K, H);
 
-    zero(sc->dlogits, (size_t)N * E);
-    kcpu_moe_router_backward(sc->dlogits, sc->dtopk, b->cp ? 0.0f : aux_scale, b->probs,
-                             b->topk_idx, b->topk_w, N, E, K);
+    zero(c->dev, sc->dlogits, (size_t)N * E);
+    kdev_moe_router_backward(c->dev, sc->dlogits, sc->dtopk, b->cp ? 0.0f : aux_scale,
+                             b->probs, b->topk_idx, b->topk_w, N, E, K);
     if (b->cp)
         cp_aux_backward(b, sc->dlogits, aux_scale, N, E);
-    int rc = fp8_linear_backward(p->fp8, FP8_ROUTER, 0, dh, g->router_w, NULL, sc->dlogits,
+    int rc = fp8_linear_backward(c->dev, p->fp8, FP8_ROUTER, 0, dh, g->router_w, NULL, sc->dlogits,
                                  b->h2, p->router_w, N, H, E, err);
     if (rc)
         return rc;
 
     if (Fs > 0) {
-        zero(sc->da, (size_t)N * Fs);
-        if ((rc = fp8_linear_backward(p->fp8, FP8_SHARED_FC2, 0, sc->da, g->sh_fc2_w, NULL,
+        zero(c->dev, sc->da, (size_t)N * Fs);
+        if ((rc = fp8_linear_backward(c->dev, p->fp8, FP8_SHARED_FC2, 0, sc->da, g->sh_fc2_w, NULL,
                                       dout, b->as, p->sh_fc2_w, N, Fs, H, err)))
             return rc;
-        zero(sc->du, (size_t)N * 2 * Fs);
-        kcpu_swiglu_backward(sc->du, sc->da, b->us, N, Fs);
-        if ((rc = fp8_linear_backward(p->fp8, FP8_SHARED_FC1, 0, dh, g->sh_fc1_w, NULL,
+        zero(c->dev, sc->du, (size_t)N * 2 * Fs);
+        kdev_swiglu_backward(c->dev, sc->du, sc->da, b->us, N, Fs);
+        if ((rc = fp8_linear_backward(c->dev, p->fp8, FP8_SHARED_FC1, 0, dh, g->sh_fc1_w, NULL,
                                       sc->du, b->h2, p->sh_fc1_w, N, H, 2 * Fs, err)))
             return rc;
     }

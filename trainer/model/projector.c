@@ -32,12 +32,12 @@ int projector_reserve(projector_part *pj, int n_units, hearth_err *err)
         return 0;
     farena fa = { NULL, 0 };
     take(pj, &fa, n_units);
-    free(pj->fbuf);
-    pj->fbuf = calloc(fa.used ? fa.used : 1, sizeof(float));
-    if (!pj->fbuf) {
-        pj->cap_units = 0;
-        return herr_set(err, HERR_NOMEM, "projector: out of memory for %d tokens", n_units);
-    }
+    kdev_release(pj->dev, pj->fbuf);
+    pj->fbuf = NULL;
+    pj->cap_units = 0;
+    int rc = dev_alloc(pj->dev, (void **)&pj->fbuf, fa.used * sizeof(float), "projector", err);
+    if (rc)
+        return herr_prefix(err, rc, "projector: %d tokens", n_units);
     fa.base = pj->fbuf;
     fa.used = 0;
     take(pj, &fa, n_units);
@@ -54,43 +54,41 @@ int projector_forward(projector_part *pj, const float *x, float *y_orig, const i
                       int U, hearth_err *err)
 {
     int C = pj->in / pj->merge2, P = U * pj->merge2;
-    norm_forward(pj->sh->norm, pj->hn, pj->mean, pj->rstd, x, pj->norm_w, pj->norm_b, P, C,
+    kdev *dev = pj->dev;
+    norm_forward(dev, pj->sh->norm, pj->hn, pj->mean, pj->rstd, x, pj->norm_w, pj->norm_b, P, C,
                  pj->sh->norm_eps);
-    int rc = fp8_linear_forward(pj->fp8, FP8_FC1, 0, U, pj->f1, pj->hn, pj->fc1_w, pj->fc1_b,
+    int rc = fp8_linear_forward(dev, pj->fp8, FP8_FC1, 0, U, pj->f1, pj->hn, pj->fc1_w, pj->fc1_b,
                                 U, pj->in, pj->hidden, err);
     if (rc)
         return rc;
-    kcpu_gelu_forward(pj->g1, pj->f1, (size_t)U * pj->hidden, gelu_of(pj->sh));
-    if ((rc = fp8_linear_forward(pj->fp8, FP8_FC2, 0, U, pj->y, pj->g1, pj->fc2_w, pj->fc2_b,
+    kdev_gelu_forward(dev, pj->g1, pj->f1, (size_t)U * pj->hidden, gelu_of(pj->sh));
+    if ((rc = fp8_linear_forward(dev, pj->fp8, FP8_FC2, 0, U, pj->y, pj->g1, pj->fc2_w, pj->fc2_b,
                                  U, pj->hidden, pj->out, err)))
         return rc;
-    for (int u = 0; u < U; u++)
-        memcpy(y_orig + (size_t)win_idx[u] * pj->out, pj->y + (size_t)u * pj->out,
-               (size_t)pj->out * sizeof(float));
-    return 0;
+    kdev_scatter_rows(dev, y_orig, pj->y, win_idx, U, pj->out);
+    return dev_check(dev, err);
 }
 
 int projector_backward(projector_part *pj, const float *x, const float *dy_orig, float *dx,
                        const int *win_idx, int U, hearth_err *err)
 {
     int C = pj->in / pj->merge2, P = U * pj->merge2;
-    for (int u = 0; u < U; u++)
-        memcpy(pj->dy + (size_t)u * pj->out, dy_orig + (size_t)win_idx[u] * pj->out,
-               (size_t)pj->out * sizeof(float));
-    memset(pj->dg1, 0, (size_t)U * pj->hidden * sizeof(float));
-    int rc = fp8_linear_backward(pj->fp8, FP8_FC2, 0, pj->dg1, pj->fc2_gw, pj->fc2_gb, pj->dy,
+    kdev *dev = pj->dev;
+    kdev_gather_rows(dev, pj->dy, dy_orig, win_idx, U, pj->out);
+    kdev_zero(dev, pj->dg1, (size_t)U * pj->hidden * sizeof(float));
+    int rc = fp8_linear_backward(dev, pj->fp8, FP8_FC2, 0, pj->dg1, pj->fc2_gw, pj->fc2_gb, pj->dy,
                                  pj->g1, pj->fc2_w, U, pj->hidden, pj->out, err);
     if (rc)
         return rc;
-    memset(pj->df1, 0, (size_t)U * pj->hidden * sizeof(float));
-    kcpu_gelu_backward(pj->df1, pj->dg1, pj->f1, (size_t)U * pj->hidden, gelu_of(pj->sh));
-    memset(pj->dhn, 0, (size_t)P * C * sizeof(float));
-    if ((rc = fp8_linear_backward(pj->fp8, FP8_FC1, 0, pj->dhn, pj->fc1_gw, pj->fc1_gb, pj->df1,
+    kdev_zero(dev, pj->df1, (size_t)U * pj->hidden * sizeof(float));
+    kdev_gelu_backward(dev, pj->df1, pj->dg1, pj->f1, (size_t)U * pj->hidden, gelu_of(pj->sh));
+    kdev_zero(dev, pj->dhn, (size_t)P * C * sizeof(float));
+    if ((rc = fp8_linear_backward(dev, pj->fp8, FP8_FC1, 0, pj->dhn, pj->fc1_gw, pj->fc1_gb, pj->df1,
                                   pj->hn, pj->fc1_w, U, pj->in, pj->hidden, err)))
         return rc;
     if (dx)
-        memset(dx, 0, (size_t)P * C * sizeof(float));
-    norm_backward(pj->sh->norm, dx, pj->norm_gw, pj->norm_gb, pj->dhn, x, pj->norm_w,
+        kdev_zero(dev, dx, (size_t)P * C * sizeof(float));
+    norm_backward(dev, pj->sh->norm, dx, pj->norm_gw, pj->norm_gb, pj->dhn, x, pj->norm_w,
                   pj->mean, pj->rstd, P, C);
-    return 0;
+    return dev_check(dev, err);
 }

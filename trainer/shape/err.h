@@ -9,13 +9,7 @@
 
 #include <stddef.h>
 
-typedef enum {
-    HERR_OK = 0,
-    HERR_CONFIG = -2,   /* bad user input: config, preset, --set, command line */
-    HERR_IO = -3,       /* a file could not be read or written */
-    HERR_NOMEM = -4,    /* allocation failed */
-    HERR_RUNTIME = -5,  /* anything else that went wrong while running */
-} herr_code;
+#include "kerr.h"   /* herr_code: the one set of error codes (kernels/kerr.h) */
 
 typedef struct hearth_err {
     char msg[1024];

@@ -173,6 +173,7 @@ static void dec_stack(const rank_ctx *x, mp_stack *st)
                   d->moe_ffn, d->moe_shared_ffn, x->ep, d->moe_every);
     st->cp = x->cp;
     st->chunks = x->K;
+    st->gpu = x->c->device == DEVICE_CUDA;
 }
 
 static void enc_stack(const rank_ctx *x, mp_stack *st)

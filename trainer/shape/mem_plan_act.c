@@ -1,6 +1,8 @@
 /* mem_plan_act.c - element counts of the activation buffers the CPU trainer carves
  * (mem_plan_parts.h).  Each function mirrors one allocation site of trainer/model/ (named
  * in its comment); when those change, test_mem_plan fails until this follows. */
+#include <string.h>
+
 #include "shape/mem_plan_parts.h"
 
 /* fa_take / ia_take round every buffer up to 16 elements (model/internal.h). */
@@ -19,6 +21,7 @@ static void addf(mp_elems *el, mem_category k, int64_t n, int arena)
 void mp_stack_init(mp_stack *st, const stack_shape *s, int tp, int sp, int E, int K, int Fm,
                    int Fs, int ep, int every)
 {
+    memset(st, 0, sizeof *st);
     st->s = s;
     st->tp = tp;
     st->H = s->hidden;
@@ -197,28 +200,45 @@ void mp_moe_exchange(mp_elems *el, const mp_stack *st, int L, int first, int64_t
 void mp_stage_buffers(mp_elems *el, const mp_stack *st, int has_head, int64_t N, int64_t Nf,
                       int64_t Nl, int64_t Vl, int64_t Vmax)
 {
-    /* decoder.c head_chunk: 2^22 floats of logits per chunk of the largest slice */
-    int64_t ch = (((int64_t)1 << 22) / (Vmax > 0 ? Vmax : 1));
+    /* decoder.c head_chunk: 2^22 (gpu: 2^26) floats of logits per chunk of the largest
+     * slice */
+    int64_t ch = (((int64_t)1 << (st->gpu ? 26 : 22)) / (Vmax > 0 ? Vmax : 1));
     if (ch < 1)
         ch = 1;
     if (ch > N)
         ch = N;
-    int64_t n = N, nl = Nl, nf = Nf;
-    /* ids, targets, image rows, local rows, (cp: every cp rank's positions), sequence
-     * starts, positions of the whole micro batch, target rows (N: the chunk's tokens
-     * under parallel.chunks, Nf the micro batch's) */
-    el->i[MEM_STAGE] += 4 * r16(n) + (st->cp > 1 ? r16(st->cp * n) : 0) + r16(n + 1) +
-                        r16(3 * nf) + r16(nf) + r16(n);
-    el->i[MEM_LOGITS] += r16(ch);
-    addf(el, MEM_STAGE, nf * (st->D / 2), 0);
-    addf(el, MEM_STAGE, nf * (st->D / 2), 0);
-    if (st->cp > 1 || st->chunks > 1) {   /* decoder.c take: the local RoPE rows */
-        addf(el, MEM_STAGE, n * (st->D / 2), 0);
-        addf(el, MEM_STAGE, n * (st->D / 2), 0);
+    int64_t n = N, nl = Nl, nf = Nf, half = st->D / 2;
+    int sliced = st->cp > 1 || st->chunks > 1;
+    /* decoder.c take.  Host arrays (which are device memory only on the cpu): ids,
+     * targets, image rows, local rows, (cp: every cp rank's positions), sequence starts,
+     * positions of the whole micro batch, target rows and targets, embedding and position
+     * rows, image destinations; the RoPE tables of the micro batch (and the local rows
+     * when sliced), row maxima and losses of a head chunk.  (N: the chunk's tokens under
+     * parallel.chunks, Nf the micro batch's.) */
+    if (!st->gpu) {
+        el->i[MEM_STAGE] += 4 * r16(n) + (st->cp > 1 ? r16(st->cp * n) : 0) + r16(n + 1) +
+                            r16(3 * nf) + r16(nf) + 4 * r16(n) + r16(nf);
+        addf(el, MEM_STAGE, nf * half, 0);
+        addf(el, MEM_STAGE, nf * half, 0);
+        if (sliced) {
+            addf(el, MEM_STAGE, n * half, 0);
+            addf(el, MEM_STAGE, n * half, 0);
+        }
+        addf(el, MEM_LOGITS, ch, 0);
+        addf(el, MEM_LOGITS, ch, 0);
     }
+    /* Device copies of what kernels read: cp positions, sequence starts, target rows and
+     * targets, embedding and position rows, image rows, image destinations, the local RoPE
+     * rows; the tp partial embeddings; the learned-position rows. */
+    el->i[MEM_STAGE] += (st->cp > 1 ? r16(st->cp * n) : 0) + r16(n + 1) + 5 * r16(n) +
+                        r16(nf);
+    addf(el, MEM_STAGE, n * half, 0);
+    addf(el, MEM_STAGE, n * half, 0);
     if (st->tp > 1)
         addf(el, MEM_STAGE, n * st->H, 0);
-    el->lse_doubles += n + 2 * ch;
+    if (st->s->pos == POS_LEARNED)
+        addf(el, MEM_STAGE, nl * st->H, 0);
+    el->lse_doubles += (st->gpu ? 1 : 2) * (n + 2 * ch);
     if (!has_head)
         return;
     addf(el, MEM_STAGE, n * st->H, 0);

@@ -18,6 +18,7 @@ typedef struct {
     int sp;                 /* sequence parallel on (decoder, tp > 1) */
     int cp;                 /* context parallel size (decoder; 1 for the encoder) */
     int chunks;             /* parallel.chunks (decoder; 1 for the encoder) */
+    int gpu;                /* device cuda: the head holds more logits at once */
 } mp_stack;
 
 /* Elements of activation buffers, per category (floats and ints apart: their sizes

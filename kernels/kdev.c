@@ -1,0 +1,454 @@
+/* kdev.c - the device object and the calls through its backend's table (kdev.h).
+ *
+ * The cpu backend is linked in; the cuda backend is a shared library loaded on the first
+ * kdev_create(KDEV_CUDA) (kdev_backend.h says why), found as $HEARTH_CUDA_LIB, else
+ * ../lib/libhearth_cuda.so beside the running program (build/bin -> build/lib, and
+ * PREFIX/bin -> PREFIX/lib after make install), else by the dynamic loader's search. */
+#include "kdev_backend.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CUDA_LIB "libhearth_cuda.so"
+
+/* Candidate paths of the cuda backend, in order; returns how many were written. */
+static int cuda_lib_paths(char paths[3][PATH_MAX])
+{
+    int n = 0;
+    const char *env = getenv("HEARTH_CUDA_LIB");
+    if (env && *env)
+        snprintf(paths[n++], PATH_MAX, "%s", env);
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len > 0) {
+        exe[len] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(paths[n++], PATH_MAX, "%.*s/../lib/%s", PATH_MAX - 32, exe, CUDA_LIB);
+        }
+    }
+    snprintf(paths[n++], PATH_MAX, "%s", CUDA_LIB);
+    return n;
+}
+
+int kdev_cuda_available(void)
+{
+    char paths[3][PATH_MAX];
+    int n = cuda_lib_paths(paths);
+    for (int i = 0; i < n; i++)
+        if (strchr(paths[i], '/') ? access(paths[i], R_OK) == 0 : 0)
+            return 1;
+    /* A bare name is only found by loading it. */
+    void *h = dlopen(CUDA_LIB, RTLD_NOW | RTLD_LOCAL);
+    if (h)
+        dlclose(h);
+    return h != NULL;
+}
+
+static int load_cuda(kdev *d, char *errbuf, size_t errlen)
+{
+    char paths[3][PATH_MAX], why[512] = "";
+    int n = cuda_lib_paths(paths);
+    for (int i = 0; i < n && !d->dl; i++) {
+        d->dl = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL);
+        if (!d->dl && (strchr(paths[i], '/') == NULL || access(paths[i], F_OK) == 0))
+            snprintf(why, sizeof why, "%s", dlerror());
+    }
+    if (!d->dl) {
+        if (errbuf)
+            snprintf(errbuf, errlen, "device cuda: this build has no CUDA backend (%s not "
+                     "found: build with nvcc on PATH, or set HEARTH_CUDA_LIB)%s%s", CUDA_LIB,
+                     *why ? "; " : "", why);
+        return HERR_CONFIG;
+    }
+    const kdev_ops *(*entry)(void);
+    *(void **)&entry = dlsym(d->dl, KDEV_CUDA_ENTRY_NAME);
+    const kdev_ops *ops = entry ? entry() : NULL;
+    if (!ops || ops->abi != KDEV_ABI) {
+        if (errbuf)
+            snprintf(errbuf, errlen, "device cuda: %s is not a Hearth backend of this "
+                     "version (abi %d, want %d)", CUDA_LIB, ops ? ops->abi : -1, KDEV_ABI);
+        return HERR_CONFIG;
+    }
+    d->ops = ops;
+    return 0;
+}
+
+int kdev_create(kdev **out, kdev_kind kind, char *errbuf, size_t errlen)
+{
+    *out = NULL;
+    kdev *d = calloc(1, sizeof *d);
+    if (!d) {
+        if (errbuf)
+            snprintf(errbuf, errlen, "device: out of memory");
+        return HERR_NOMEM;
+    }
+    d->kind = kind;
+    int rc = 0;
+    if (kind == KDEV_CPU)
+        d->ops = kdev_cpu_ops();
+    else if (kind == KDEV_CUDA)
+        rc = load_cuda(d, errbuf, errlen);
+    else {
+        if (errbuf)
+            snprintf(errbuf, errlen, "device: unknown kind %d", (int)kind);
+        rc = HERR_ARG;
+    }
+    if (!rc && (rc = d->ops->init(d)) && errbuf)
+        snprintf(errbuf, errlen, "device %s: %s", d->ops->name, d->errmsg);
+    if (rc) {
+        if (d->dl)
+            dlclose(d->dl);
+        free(d);
+        return rc;
+    }
+    *out = d;
+    return 0;
+}
+
+void kdev_free(kdev *d)
+{
+    if (!d)
+        return;
+    d->ops->fini(d);
+    if (d->dl)
+        dlclose(d->dl);
+    free(d);
+}
+
+kdev_kind kdev_get_kind(const kdev *d)
+{
+    return d->kind;
+}
+
+const char *kdev_name(const kdev *d)
+{
+    return d->ops->name;
+}
+
+int kdev_status(const kdev *d)
+{
+    return d->status;
+}
+
+void kdev_status_clear(kdev *d)
+{
+    d->status = 0;
+    d->errmsg[0] = '\0';
+}
+
+const char *kdev_errmsg(const kdev *d)
+{
+    return d->errmsg;
+}
+
+/* Keeps the first failure (kdev_status). */
+static int note(kdev *d, int rc)
+{
+    if (rc && d->status == 0)
+        d->status = rc;
+    return rc;
+}
+
+const char *kdev_hw_name(const kdev *d)
+{
+    return d->ops->hw_name(d);
+}
+
+int kdev_alloc(kdev *d, void **p, size_t bytes)
+{
+    *p = NULL;
+    return note(d, d->ops->alloc(d, p, bytes));
+}
+
+void kdev_release(kdev *d, void *p)
+{
+    if (d && p)
+        d->ops->release(d, p);
+}
+
+int kdev_upload(kdev *d, void *dst, const void *host, size_t bytes)
+{
+    return bytes ? note(d, d->ops->upload(d, dst, host, bytes)) : 0;
+}
+
+int kdev_download(kdev *d, void *host, const void *src, size_t bytes)
+{
+    return bytes ? note(d, d->ops->download(d, host, src, bytes)) : 0;
+}
+
+int kdev_sync(kdev *d)
+{
+    return note(d, d->ops->sync(d));
+}
+
+void kdev_mem_stats(const kdev *d, size_t *peak, size_t *current)
+{
+    size_t p = 0, c = 0;
+    d->ops->mem_stats(d, &p, &c);
+    if (peak)
+        *peak = p;
+    if (current)
+        *current = c;
+}
+
+/* ---- the ops, straight through the table ---------------------------------------------- */
+
+int kdev_copy(kdev *d, void *dst, const void *src, size_t bytes)
+{
+    return note(d, d->ops->copy(d, dst, src, bytes));
+}
+
+int kdev_copy_2d(kdev *d, void *dst, size_t dpitch, const void *src, size_t spitch,
+                 size_t width, size_t rows)
+{
+    return note(d, d->ops->copy_2d(d, dst, dpitch, src, spitch, width, rows));
+}
+
+int kdev_zero(kdev *d, void *p, size_t bytes)
+{
+    return note(d, d->ops->zero(d, p, bytes));
+}
+
+int kdev_fill(kdev *d, float *x, size_t n, float value)
+{
+    return note(d, d->ops->fill(d, x, n, value));
+}
+
+int kdev_gather_rows(kdev *d, float *dst, const float *src, const int *idx, int n, int C)
+{
+    return note(d, d->ops->gather_rows(d, dst, src, idx, n, C));
+}
+
+int kdev_scatter_rows(kdev *d, float *dst, const float *src, const int *idx, int n, int C)
+{
+    return note(d, d->ops->scatter_rows(d, dst, src, idx, n, C));
+}
+
+int kdev_add_bias(kdev *d, float *x, const float *bias, int n, int C)
+{
+    return note(d, d->ops->add_bias(d, x, bias, n, C));
+}
+
+int kdev_matmul_forward(kdev *d, float *out, const float *inp, const float *weight,
+                        const float *bias, int M, int K, int N)
+{
+    return note(d, d->ops->matmul_forward(d, out, inp, weight, bias, M, K, N));
+}
+
+int kdev_matmul_backward(kdev *d, float *dinp, float *dweight, float *dbias,
+                         const float *dout, const float *inp, const float *weight, int M,
+                         int K, int N)
+{
+    return note(d, d->ops->matmul_backward(d, dinp, dweight, dbias, dout, inp, weight, M, K, N));
+}
+
+int kdev_add(kdev *d, float *out, const float *a, const float *b, size_t n)
+{
+    return note(d, d->ops->add(d, out, a, b, n));
+}
+
+int kdev_accumulate(kdev *d, float *dst, const float *src, size_t n)
+{
+    return note(d, d->ops->accumulate(d, dst, src, n));
+}
+
+int kdev_scale(kdev *d, float *x, size_t n, float s)
+{
+    return note(d, d->ops->scale(d, x, n, s));
+}
+
+int kdev_embedding_forward(kdev *d, float *out, const int *ids, const float *table, int N,
+                           int C)
+{
+    return note(d, d->ops->embedding_forward(d, out, ids, table, N, C));
+}
+
+int kdev_embedding_backward(kdev *d, float *dtable, const float *dout, const int *ids,
+                            int N, int C)
+{
+    return note(d, d->ops->embedding_backward(d, dtable, dout, ids, N, C));
+}
+
+int kdev_rmsnorm_forward(kdev *d, float *out, float *rstd, const float *inp,
+                         const float *weight, int N, int C, float eps)
+{
+    return note(d, d->ops->rmsnorm_forward(d, out, rstd, inp, weight, N, C, eps));
+}
+
+int kdev_rmsnorm_backward(kdev *d, float *dinp, float *dweight, const float *dout,
+                          const float *inp, const float *weight, const float *rstd, int N,
+                          int C)
+{
+    return note(d, d->ops->rmsnorm_backward(d, dinp, dweight, dout, inp, weight, rstd, N, C));
+}
+
+int kdev_layernorm_forward(kdev *d, float *out, float *mean, float *rstd, const float *inp,
+                           const float *weight, const float *bias, int N, int C, float eps)
+{
+    return note(d, d->ops->layernorm_forward(d, out, mean, rstd, inp, weight, bias, N, C, eps));
+}
+
+int kdev_layernorm_backward(kdev *d, float *dinp, float *dweight, float *dbias,
+                            const float *dout, const float *inp, const float *weight,
+                            const float *mean, const float *rstd, int N, int C)
+{
+    return note(d, d->ops->layernorm_backward(d, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C));
+}
+
+int kdev_rope_forward(kdev *d, float *x, const float *cos, const float *sin, int N, int H,
+                      int D)
+{
+    return note(d, d->ops->rope_forward(d, x, cos, sin, N, H, D));
+}
+
+int kdev_rope_backward(kdev *d, float *dx, const float *cos, const float *sin, int N, int H,
+                       int D)
+{
+    return note(d, d->ops->rope_backward(d, dx, cos, sin, N, H, D));
+}
+
+int kdev_attention_forward(kdev *d, float *out, float *lse, const float *q, const float *k,
+                           const float *v, const int *cu_seqlens, int nseq, int max_seqlen,
+                           int Hq, int Hkv, int D, int causal)
+{
+    return note(d, d->ops->attention_forward(d, out, lse, q, k, v, cu_seqlens, nseq, max_seqlen, Hq, Hkv, D, causal));
+}
+
+int kdev_attention_backward(kdev *d, float *dq, float *dk, float *dv, const float *dout,
+                            const float *q, const float *k, const float *v,
+                            const float *out, const float *lse, const int *cu_seqlens,
+                            int nseq, int max_seqlen, int Hq, int Hkv, int D, int causal)
+{
+    return note(d, d->ops->attention_backward(d, dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, max_seqlen, Hq, Hkv, D, causal));
+}
+
+int kdev_attention_block_forward(kdev *d, float *out, float *lse, const float *q,
+                                 const float *k, const float *v, const int *q_cu,
+                                 const int *q_pos, const int *k_cu, const int *k_pos,
+                                 int nseq, int max_q, int max_k, int Hq, int Hkv, int D,
+                                 int causal)
+{
+    return note(d, d->ops->attention_block_forward(d, out, lse, q, k, v, q_cu, q_pos, k_cu, k_pos, nseq, max_q, max_k, Hq, Hkv, D, causal));
+}
+
+int kdev_attention_block_backward(kdev *d, float *dq, float *dk, float *dv,
+                                  const float *dout, const float *q, const float *k,
+                                  const float *v, const float *out, const float *lse,
+                                  const int *q_cu, const int *q_pos, const int *k_cu,
+                                  const int *k_pos, int nseq, int max_q, int max_k, int Hq,
+                                  int Hkv, int D, int causal)
+{
+    return note(d, d->ops->attention_block_backward(d, dq, dk, dv, dout, q, k, v, out, lse, q_cu, q_pos, k_cu, k_pos, nseq, max_q, max_k, Hq, Hkv, D, causal));
+}
+
+int kdev_swiglu_forward(kdev *d, float *out, const float *inp, int N, int F)
+{
+    return note(d, d->ops->swiglu_forward(d, out, inp, N, F));
+}
+
+int kdev_swiglu_backward(kdev *d, float *dinp, const float *dout, const float *inp, int N,
+                         int F)
+{
+    return note(d, d->ops->swiglu_backward(d, dinp, dout, inp, N, F));
+}
+
+int kdev_gelu_forward(kdev *d, float *out, const float *inp, size_t n, kgelu_kind kind)
+{
+    return note(d, d->ops->gelu_forward(d, out, inp, n, kind));
+}
+
+int kdev_gelu_backward(kdev *d, float *dinp, const float *dout, const float *inp, size_t n,
+                       kgelu_kind kind)
+{
+    return note(d, d->ops->gelu_backward(d, dinp, dout, inp, n, kind));
+}
+
+int kdev_ce_rowmax(kdev *d, float *mx, const float *logits, int n, int Vl)
+{
+    return note(d, d->ops->ce_rowmax(d, mx, logits, n, Vl));
+}
+
+int kdev_ce_rowsum(kdev *d, double *sums, const float *logits, const float *mx,
+                   const int *targets, int v0, int n, int Vl)
+{
+    return note(d, d->ops->ce_rowsum(d, sums, logits, mx, targets, v0, n, Vl));
+}
+
+int kdev_ce_grad(kdev *d, float *dlogits, const float *logits, const double *lse,
+                 const int *targets, int v0, double dl, int n, int Vl)
+{
+    return note(d, d->ops->ce_grad(d, dlogits, logits, lse, targets, v0, dl, n, Vl));
+}
+
+int kdev_moe_router_forward(kdev *d, int *topk_idx, float *topk_w, float *probs, float *aux,
+                            const float *logits, int N, int E, int K)
+{
+    return note(d, d->ops->moe_router_forward(d, topk_idx, topk_w, probs, aux, logits, N, E, K));
+}
+
+int kdev_moe_router_backward(kdev *d, float *dlogits, const float *dtopk_w, float daux,
+                             const float *probs, const int *topk_idx, const float *topk_w,
+                             int N, int E, int K)
+{
+    return note(d, d->ops->moe_router_backward(d, dlogits, dtopk_w, daux, probs, topk_idx, topk_w, N, E, K));
+}
+
+int kdev_moe_plan(kdev *d, int *offsets, int *row_src, int *slot_row, const int *topk_idx,
+                  int N, int E, int K)
+{
+    return note(d, d->ops->moe_plan(d, offsets, row_src, slot_row, topk_idx, N, E, K));
+}
+
+int kdev_moe_permute_forward(kdev *d, float *out, const float *inp, const int *row_src,
+                             int N, int K, int C)
+{
+    return note(d, d->ops->moe_permute_forward(d, out, inp, row_src, N, K, C));
+}
+
+int kdev_moe_permute_backward(kdev *d, float *dinp, const float *dout, const int *row_src,
+                              int N, int K, int C)
+{
+    return note(d, d->ops->moe_permute_backward(d, dinp, dout, row_src, N, K, C));
+}
+
+int kdev_moe_unpermute_forward(kdev *d, float *out, const float *expert_out,
+                               const float *topk_w, const int *slot_row, int N, int K,
+                               int C)
+{
+    return note(d, d->ops->moe_unpermute_forward(d, out, expert_out, topk_w, slot_row, N, K, C));
+}
+
+int kdev_moe_unpermute_backward(kdev *d, float *dexpert_out, float *dtopk_w,
+                                const float *dout, const float *expert_out,
+                                const float *topk_w, const int *slot_row, int N, int K,
+                                int C)
+{
+    return note(d, d->ops->moe_unpermute_backward(d, dexpert_out, dtopk_w, dout, expert_out, topk_w, slot_row, N, K, C));
+}
+
+int kdev_amax(kdev *d, float *amax, const float *x, size_t n)
+{
+    return note(d, d->ops->amax(d, amax, x, n));
+}
+
+int kdev_fp8_qdq(kdev *d, float *out, const float *x, size_t n, float scale, kfp8_format f)
+{
+    return note(d, d->ops->fp8_qdq(d, out, x, n, scale, f));
+}
+
+int kdev_adamw_update(kdev *d, float *param, const float *grad, float *m, float *v,
+                      size_t n, float lr, float beta1, float beta2, float eps,
+                      float weight_decay, int step)
+{
+    return note(d, d->ops->adamw_update(d, param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step));
+}
+
+int kdev_sumsq(kdev *d, double *out, const float *x, size_t n)
+{
+    return note(d, d->ops->sumsq(d, out, x, n));
+}

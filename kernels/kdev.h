@@ -1,0 +1,208 @@
+/* kdev.h - the device under the model: one object and one ops table per backend.
+ *
+ * The model, the optimizer and the parallel code call these functions and never a
+ * backend's kernels directly; a backend implements the table (kdev_backend.h):
+ *   cpu   kernels/cpu, the plain-C fp32 reference, bitwise deterministic (kdev_cpu.c);
+ *   cuda  kernels/cuda on one GPU, one stream (kernels/cuda/kdev_cuda.cu; only where
+ *         nvcc built it, see kdev_cuda_available).
+ * No backend knows a model; no model logic lives in a backend.
+ *
+ * Memory.  Every tensor pointer passed below is DEVICE memory of the same device
+ * (kdev_alloc); on the cpu backend that is host memory.  The only ways in and out are
+ * kdev_upload / kdev_download.  Element types: float (fp32) unless said otherwise, int
+ * for index arrays, double where a reduction needs it.  In this version activations are
+ * fp32 on every backend.
+ *
+ * Semantics.  Each op is the kernels.h function of the same name (kcpu_*): the same
+ * shapes, the same accumulate-into-gradients (+=) rule, NULL = gradient not wanted.  The
+ * cpu backend IS that function; other backends are tested against it op by op
+ * (tests/gpu/test_kdev_gpu.cu).  Ops that kernels.h lacks are specified here.
+ *
+ * Ordering and errors.  Calls are enqueued in order on the device's one stream and return
+ * when enqueued; kdev_download and kdev_sync wait for everything before them.  Every
+ * function returns 0 or a negative herr_code (kerr.h) and then leaves a message in the
+ * device (kdev_errmsg).  An asynchronous failure may show at a later call.  Nothing
+ * here calls exit().  A device is used by one host thread at a time; thread ranks each
+ * create their own.
+ *
+ * Ownership: kdev_create returns a device freed by kdev_free (NULL is fine); memory from
+ * kdev_alloc is freed by kdev_release on the same device, before kdev_free. */
+#ifndef HEARTH_KDEV_H
+#define HEARTH_KDEV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kerr.h"
+#include "kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { KDEV_CPU = 0, KDEV_CUDA = 1 } kdev_kind;
+
+typedef struct kdev kdev;
+typedef struct kdev_ops kdev_ops;
+
+/* Creates a device of `kind`.  cuda: on the current CUDA device, with its own stream and
+ * kernel context; HERR_CONFIG when this build has no CUDA backend, HERR_DEVICE when no
+ * GPU answers.  On failure *out = NULL and errbuf (if not NULL) says why. */
+int kdev_create(kdev **out, kdev_kind kind, char *errbuf, size_t errlen);
+void kdev_free(kdev *d);
+
+kdev_kind kdev_get_kind(const kdev *d);
+const char *kdev_name(const kdev *d);           /* "cpu", "cuda" */
+/* The first failure since creation or the last kdev_status_clear (0 when none): calls
+ * also leave their failure here, so that a caller may enqueue a run of calls and check
+ * once at the end, as with a CUDA stream.  kdev_errmsg: its message ("" when none), owned
+ * by d. */
+int kdev_status(const kdev *d);
+void kdev_status_clear(kdev *d);
+const char *kdev_errmsg(const kdev *d);
+/* Whether this build has the cuda backend (nvcc was found when it was built). */
+int kdev_cuda_available(void);
+/* A description of the hardware for logs and result.json ("NVIDIA H100 80GB HBM3"; the
+ * cpu backend: "cpu"); owned by d. */
+const char *kdev_hw_name(const kdev *d);
+
+/* ---- memory ---------------------------------------------------------------------------
+ * alloc: `bytes` of zeroed device memory (bytes == 0 gives a valid unique pointer).
+ * release: NULL is fine.  upload/download copy host <-> device (download waits for the
+ * stream); copy is device -> device (regions must not overlap).  copy_2d copies `rows`
+ * rows of `width` bytes from src (rows `spitch` bytes apart) to dst (`dpitch` apart),
+ * device to device.  zero: bytes of device memory set to 0. */
+int kdev_alloc(kdev *d, void **p, size_t bytes);
+void kdev_release(kdev *d, void *p);
+int kdev_upload(kdev *d, void *dst, const void *host, size_t bytes);
+int kdev_download(kdev *d, void *host, const void *src, size_t bytes);
+int kdev_copy(kdev *d, void *dst, const void *src, size_t bytes);
+int kdev_copy_2d(kdev *d, void *dst, size_t dpitch, const void *src, size_t spitch,
+                 size_t width, size_t rows);
+int kdev_zero(kdev *d, void *p, size_t bytes);
+/* x[i] = value for i < n (floats). */
+int kdev_fill(kdev *d, float *x, size_t n, float value);
+/* Waits for every call enqueued so far. */
+int kdev_sync(kdev *d);
+/* Peak bytes of device memory this device has held through kdev_alloc since creation
+ * (the cpu backend counts the same way), and the bytes held now. */
+void kdev_mem_stats(const kdev *d, size_t *peak, size_t *current);
+
+/* ---- rows ------------------------------------------------------------------------------
+ * gather:      dst[r, :] = src[idx[r], :] for r < n; idx[r] < 0 writes a zero row.
+ * scatter:     dst[idx[r], :] = src[r, :] for r < n with idx[r] >= 0 (the idx >= 0 must be
+ *              distinct); other rows of dst are untouched.
+ * add_bias:    x[r, :] += bias for every row of x [n, C] (in fp32, row by row). */
+int kdev_gather_rows(kdev *d, float *dst, const float *src, const int *idx, int n, int C);
+int kdev_scatter_rows(kdev *d, float *dst, const float *src, const int *idx, int n, int C);
+int kdev_add_bias(kdev *d, float *x, const float *bias, int n, int C);
+
+/* ---- kernels.h, on the device -------------------------------------------------------- */
+int kdev_matmul_forward(kdev *d, float *out, const float *inp, const float *weight,
+                        const float *bias, int M, int K, int N);
+int kdev_matmul_backward(kdev *d, float *dinp, float *dweight, float *dbias,
+                         const float *dout, const float *inp, const float *weight, int M,
+                         int K, int N);
+int kdev_add(kdev *d, float *out, const float *a, const float *b, size_t n);
+int kdev_accumulate(kdev *d, float *dst, const float *src, size_t n);
+int kdev_scale(kdev *d, float *x, size_t n, float s);
+int kdev_embedding_forward(kdev *d, float *out, const int *ids, const float *table, int N,
+                           int C);
+/* As kcpu_embedding_backward, except that tokens with ids[i] < 0 contribute nothing. */
+int kdev_embedding_backward(kdev *d, float *dtable, const float *dout, const int *ids,
+                            int N, int C);
+int kdev_rmsnorm_forward(kdev *d, float *out, float *rstd, const float *inp,
+                         const float *weight, int N, int C, float eps);
+int kdev_rmsnorm_backward(kdev *d, float *dinp, float *dweight, const float *dout,
+                          const float *inp, const float *weight, const float *rstd, int N,
+                          int C);
+int kdev_layernorm_forward(kdev *d, float *out, float *mean, float *rstd, const float *inp,
+                           const float *weight, const float *bias, int N, int C, float eps);
+int kdev_layernorm_backward(kdev *d, float *dinp, float *dweight, float *dbias,
+                            const float *dout, const float *inp, const float *weight,
+                            const float *mean, const float *rstd, int N, int C);
+int kdev_rope_forward(kdev *d, float *x, const float *cos, const float *sin, int N, int H,
+                      int D);
+int kdev_rope_backward(kdev *d, float *dx, const float *cos, const float *sin, int N, int H,
+                       int D);
+/* Attention: cu_seqlens is a device array; max_seqlen >= every sequence's length (a GPU
+ * sizes its grid with it; the cpu backend ignores it). */
+int kdev_attention_forward(kdev *d, float *out, float *lse, const float *q, const float *k,
+                           const float *v, const int *cu_seqlens, int nseq, int max_seqlen,
+                           int Hq, int Hkv, int D, int causal);
+int kdev_attention_backward(kdev *d, float *dq, float *dk, float *dv, const float *dout,
+                            const float *q, const float *k, const float *v,
+                            const float *out, const float *lse, const int *cu_seqlens,
+                            int nseq, int max_seqlen, int Hq, int Hkv, int D, int causal);
+/* Block attention (context parallelism, sequence chunks); the index arrays are device
+ * arrays; max_q, max_k >= the longest sequence's rows in q_cu and k_cu. */
+int kdev_attention_block_forward(kdev *d, float *out, float *lse, const float *q,
+                                 const float *k, const float *v, const int *q_cu,
+                                 const int *q_pos, const int *k_cu, const int *k_pos,
+                                 int nseq, int max_q, int max_k, int Hq, int Hkv, int D,
+                                 int causal);
+int kdev_attention_block_backward(kdev *d, float *dq, float *dk, float *dv, const float *dout,
+                                  const float *q, const float *k, const float *v,
+                                  const float *out, const float *lse, const int *q_cu,
+                                  const int *q_pos, const int *k_cu, const int *k_pos,
+                                  int nseq, int max_q, int max_k, int Hq, int Hkv, int D,
+                                  int causal);
+int kdev_swiglu_forward(kdev *d, float *out, const float *inp, int N, int F);
+int kdev_swiglu_backward(kdev *d, float *dinp, const float *dout, const float *inp, int N,
+                         int F);
+int kdev_gelu_forward(kdev *d, float *out, const float *inp, size_t n, kgelu_kind kind);
+int kdev_gelu_backward(kdev *d, float *dinp, const float *dout, const float *inp, size_t n,
+                       kgelu_kind kind);
+
+/* ---- vocabulary-parallel cross-entropy pieces ------------------------------------------
+ * A rank holds the columns [v0, v0 + Vl) of the logits of n rows, logits [n, Vl].
+ *   rowmax:   mx[r] = max_j logits[r, j]  (-inf for Vl == 0).
+ *   rowsum:   sums[r] = sum_j exp((double)logits[r, j] - mx[r]) (double, j in order), and
+ *             sums[n + r] = logits[r, targets[r] - v0] (as double) when the target falls in
+ *             the slice, else 0.
+ *   grad:     dlogits[r, j] = (float)(dl * (p - [j == targets[r] - v0])), p =
+ *             exp((double)logits[r, j] - lse[r]); WRITTEN, not added.
+ * mx, sums, lse and targets are device arrays. */
+int kdev_ce_rowmax(kdev *d, float *mx, const float *logits, int n, int Vl);
+int kdev_ce_rowsum(kdev *d, double *sums, const float *logits, const float *mx,
+                   const int *targets, int v0, int n, int Vl);
+int kdev_ce_grad(kdev *d, float *dlogits, const float *logits, const double *lse,
+                 const int *targets, int v0, double dl, int n, int Vl);
+
+/* ---- mixture of experts (kernels.h kcpu_moe_*) ------------------------------------------
+ * aux: a DEVICE float (may be NULL).  The plan's offsets are a device array; callers that
+ * need them on the host download them. */
+int kdev_moe_router_forward(kdev *d, int *topk_idx, float *topk_w, float *probs, float *aux,
+                            const float *logits, int N, int E, int K);
+int kdev_moe_router_backward(kdev *d, float *dlogits, const float *dtopk_w, float daux,
+                             const float *probs, const int *topk_idx, const float *topk_w,
+                             int N, int E, int K);
+int kdev_moe_plan(kdev *d, int *offsets, int *row_src, int *slot_row, const int *topk_idx,
+                  int N, int E, int K);
+int kdev_moe_permute_forward(kdev *d, float *out, const float *inp, const int *row_src,
+                             int N, int K, int C);
+int kdev_moe_permute_backward(kdev *d, float *dinp, const float *dout, const int *row_src,
+                              int N, int K, int C);
+int kdev_moe_unpermute_forward(kdev *d, float *out, const float *expert_out,
+                               const float *topk_w, const int *slot_row, int N, int K, int C);
+int kdev_moe_unpermute_backward(kdev *d, float *dexpert_out, float *dtopk_w, const float *dout,
+                                const float *expert_out, const float *topk_w,
+                                const int *slot_row, int N, int K, int C);
+
+/* ---- FP8 emulation (kernels.h) ----------------------------------------------------------
+ * amax: *amax (a HOST float) = kcpu_amax(x, n); waits for the stream. */
+int kdev_amax(kdev *d, float *amax, const float *x, size_t n);
+int kdev_fp8_qdq(kdev *d, float *out, const float *x, size_t n, float scale, kfp8_format f);
+
+/* ---- optimizer --------------------------------------------------------------------------
+ * sumsq: *out (a HOST double) = kcpu_sumsq(x, n); waits for the stream. */
+int kdev_adamw_update(kdev *d, float *param, const float *grad, float *m, float *v, size_t n,
+                      float lr, float beta1, float beta2, float eps, float weight_decay,
+                      int step);
+int kdev_sumsq(kdev *d, double *out, const float *x, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -31,7 +31,7 @@ ORCH_LDLIBS  = -lsqlite3 -lcurl $(TRAIN_LDLIBS)
 
 NVCCFLAGS = -O2 -std=c++17 -I. -Ikernels -MMD -MP \
             -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=sm_90 \
-            -Xcompiler -Wall,-Wextra,-Werror
+            -Xcompiler -Wall,-Wextra,-Werror,-fPIC
 
 KERNEL_SRC := $(wildcard kernels/*.c kernels/cpu/*.c)
 CUDA_SRC   := $(wildcard kernels/cuda/*.cu)
@@ -56,6 +56,9 @@ LIB_COMM    := $(BUILD)/lib/libhearth_comm.a
 LIB_ORCH    := $(BUILD)/lib/libhearth_orch.a
 LIB_PREP    := $(BUILD)/lib/libhearth_prep.a
 LIB_CUDA    := $(BUILD)/lib/libhearth_kernels_cuda.a
+# The cuda device backend (kernels/cuda/kdev_cuda*.cu with the kcuda kernels under it), a
+# shared library that kernels/kdev.c loads with dlopen (kdev_backend.h says why).
+LIB_CUDA_SO := $(BUILD)/lib/libhearth_cuda.so
 # Link order: dependents first.
 TRAIN_LIBS := $(LIB_TRAIN) $(LIB_MODEL) $(LIB_COMM) $(LIB_SHAPE) $(LIB_KERNELS)
 TEST_LIBS  := $(LIB_ORCH) $(LIB_PREP) $(TRAIN_LIBS)
@@ -79,7 +82,7 @@ GPU_BINS      :=
 ALL := $(TRAIN_BIN) $(PREP_BIN) $(if $(wildcard orchestrator/main.c),$(ORCH_BIN))
 ifneq ($(NVCC),)
 ifneq ($(CUDA_SRC),)
-ALL += $(LIB_CUDA)
+ALL += $(LIB_CUDA) $(LIB_CUDA_SO)
 # Not under SAN=1: nvcc links without the sanitizer runtime that libhearth_kernels.a
 # then needs (and ASan under CUDA needs its own settings).
 ifneq ($(SAN),1)
@@ -117,6 +120,17 @@ $(LIB_COMM):    $(call obj,$(COMM_SRC))   ; $(archive)
 $(LIB_ORCH):    $(call obj,$(ORCH_SRC))   ; $(archive)
 $(LIB_PREP):    $(call obj,$(PREP_SRC))   ; $(archive)
 $(LIB_CUDA):    $(patsubst %.cu,$(BUILD)/obj/%.o,$(CUDA_SRC)) ; $(archive)
+
+# Every kernels/cuda object (hence -fPIC in NVCCFLAGS), cudart linked statically (nvcc's
+# default) and cuBLASLt dynamically.  The version script exports only the backend's entry
+# point, so that the kcuda_ and CUDA runtime symbols inside never meet a program's own.
+# -z nodelete: dlclose (kdev_free) leaves it loaded, so the CUDA runtime inside is never
+# torn down under a live process nor started twice.
+$(LIB_CUDA_SO): $(patsubst %.cu,$(BUILD)/obj/%.o,$(CUDA_SRC)) kernels/cuda/libhearth_cuda.map
+	@mkdir -p $(dir $@)
+	$(NVCC) -shared $(filter %.o,$^) -o $@ \
+	    -Xlinker --version-script=kernels/cuda/libhearth_cuda.map -Xlinker -z,nodelete \
+	    -lcublasLt
 
 $(TRAIN_BIN): $(call obj,trainer/main.c) $(TRAIN_LIBS)
 	@mkdir -p $(dir $@)
@@ -158,13 +172,16 @@ FORCE:
 orchestrator/db_migrations.c: db/gen_migrations.sh $(wildcard db/migrations/*.sql)
 	db/gen_migrations.sh db/migrations > $@.tmp && mv $@.tmp $@
 
-cuda: $(if $(CUDA_SRC),$(LIB_CUDA))
+cuda: $(if $(CUDA_SRC),$(LIB_CUDA) $(LIB_CUDA_SO))
 
-gpu-tests: $(GPU_BINS)
+# The kdev test (tests/gpu/test_kdev_gpu.cu) loads the backend library at run time.
+gpu-tests: $(GPU_BINS) $(if $(GPU_BINS),$(LIB_CUDA_SO))
 
 $(GPU_TEST_BINS): $(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o $(LIB_CUDA) $(LIB_KERNELS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $^ -o $@ $(CUDA_LDLIBS)
+
+$(BUILD)/tests/gpu/test_kdev_gpu: | $(LIB_CUDA_SO)
 
 $(GPU_BENCH_BINS): $(BUILD)/bench/%: $(BUILD)/obj/contrib/bench/%.o $(LIB_CUDA) $(LIB_KERNELS)
 	@mkdir -p $(dir $@)

@@ -157,7 +157,8 @@ int kdev_gelu_backward(kdev *d, float *dinp, const float *dout, const float *inp
 /* ---- vocabulary-parallel cross-entropy pieces ------------------------------------------
  * A rank holds the columns [v0, v0 + Vl) of the logits of n rows, logits [n, Vl].
  *   rowmax:   mx[r] = max_j logits[r, j]  (-inf for Vl == 0).
- *   rowsum:   sums[r] = sum_j exp((double)logits[r, j] - mx[r]) (double, j in order), and
+ *   rowsum:   sums[r] = sum_j exp((double)logits[r, j] - mx[r]) (double, in a fixed order
+ *             per backend: deterministic), and
  *             sums[n + r] = logits[r, targets[r] - v0] (as double) when the target falls in
  *             the slice, else 0.
  *   grad:     dlogits[r, j] = (float)(dl * (p - [j == targets[r] - v0])), p =

@@ -22,6 +22,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ---- matmul ------------------------------------------------------------------
  * out[M,N] = inp[M,K] . weight[N,K]^T (+ bias[N] when bias != NULL).
  * weight is stored [out_features, in_features] as in torch.nn.Linear.
@@ -219,5 +223,9 @@ float kcpu_fp8_history_amax(const float *hist, int H);
 /* out[i] = decode(encode(x[i] * scale)) / scale (quantise-dequantise; out may alias x).
  * The product x * scale is rounded to fp32 first, as on the GPU. */
 void kcpu_fp8_qdq(float *out, const float *x, size_t n, float scale, kfp8_format f);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -11,6 +11,8 @@ cd "$(dirname "$0")/../.."
 out=${OUT:-build/gpu-out}
 mkdir -p "$out"
 export OMP_WAIT_POLICY=passive
+# The cuda device backend that kdev_create(KDEV_CUDA) loads (test_kdev_gpu).
+export HEARTH_CUDA_LIB=$PWD/build/lib/libhearth_cuda.so
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$out/gpu.txt"
 nvcc --version | tail -1
 if ! make -j"$(nproc)" gpu-tests >"$out/build.log" 2>&1; then
@@ -20,6 +22,10 @@ if ! make -j"$(nproc)" gpu-tests >"$out/build.log" 2>&1; then
 fi
 status=0
 tests=$(ls build/tests/gpu/test_* 2>/dev/null)
+# hearth-train with device: cuda (tests/gpu/train_gpu.sh) where the trainer was built
+# (it needs libyaml and jansson headers: build it beside, carry build/bin and the shared
+# libraries it lacks, with LD_LIBRARY_PATH).
+[ -x build/bin/hearth-train ] && tests="$tests tests/gpu/train_gpu.sh"
 for run in 1 2; do
     for t in $tests; do
         "$t" >"$out/$(basename "$t").$run.log" 2>&1 || status=1
@@ -27,6 +33,7 @@ for run in 1 2; do
 done
 if [ "${MEMCHECK:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
     for t in $tests; do
+        case $t in *.sh) continue ;; esac
         timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
             "$t" >"$out/$(basename "$t").memcheck.log" 2>&1
         echo "compute-sanitizer memcheck $(basename "$t"): exit $? (last lines:)"

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# tests/gpu/train_gpu.sh - hearth-train itself on the GPU (device: cuda), TAP.
+#
+# For tiny-vlm, tiny-vlm-moe and a 2-layer GPT-2: 10 steps on device cuda against the fp32
+# CPU reference from the same seed (every step's loss within LOSS_RTOL relative, the final
+# grad norm within GNORM_RTOL); two cuda runs bitwise equal; a cuda run checkpointed at
+# step 5, resumed, and bitwise equal to the uninterrupted one; SIGTERM gives exit 75 with a
+# checkpoint; --export-hf then --init-from gives back the same parameters (loss of a fresh
+# run from them equals the exporter's next loss); result.json carries the device peak
+# beside the plan's prediction.  Without a GPU every case is skipped.
+#   HEARTH_TRAIN=build/bin/hearth-train tests/gpu/train_gpu.sh
+set -u
+cd "$(dirname "$0")/../.."
+. tests/cli/lib.sh
+
+# Both sides are fp32 (the cuda backend keeps fp32 activations in this version); they
+# differ only in summation order (cuBLAS vs the blocked CPU GEMM, reductions), which 10
+# steps of AdamW amplify a little.
+LOSS_RTOL=1e-3
+GNORM_RTOL=2e-2
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/hearth-gpu-train.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+tap_plan 13
+if ! nvidia-smi -L >/dev/null 2>&1; then
+    for i in $(seq 1 13); do echo "ok $i - gpu case # SKIP no GPU"; done
+    exit 0
+fi
+
+VLM=(--config contrib/examples/tiny-vlm-cpu.yaml --set train.steps=10)
+MOE=(--config contrib/examples/tiny-vlm-moe-cpu.yaml --set train.steps=10)
+GPT=(--set model=gpt2-124m --set model.decoder.layers=2 --set train.seq_len=128
+     --set train.micro_batch=2 --set train.global_batch=4 --set train.steps=10
+     --set train.lr=1e-3)
+
+run() { # DIR ARGS...: one run, stderr kept beside it; the exit status is returned
+    local dir=$1; shift
+    "$HEARTH_TRAIN" "$@" --out "$dir" >"$dir.out" 2>"$dir.err"
+}
+
+# compare A B: every step's loss relative error <= LOSS_RTOL, last grad_norm <= GNORM_RTOL
+compare() {
+    python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" "$LOSS_RTOL" "$GNORM_RTOL" <<'EOF'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+lt, gt = float(sys.argv[3]), float(sys.argv[4])
+if len(a) != len(b) or not a:
+    print(f"# steps {len(a)} vs {len(b)}"); sys.exit(1)
+worst = max(abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(a, b))
+g = abs(a[-1]["grad_norm"] - b[-1]["grad_norm"]) / abs(b[-1]["grad_norm"])
+print(f"# worst loss rel err {worst:.3g} (tol {lt}), final grad_norm rel err {g:.3g} (tol {gt}),"
+      f" final loss cuda {a[-1]['loss']:.6f} cpu {b[-1]['loss']:.6f}")
+sys.exit(0 if worst <= lt and g <= gt else 1)
+EOF
+}
+
+same_losses() { # A B: bitwise equal losses and grad norms, step by step
+    python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" <<'EOF'
+import json, sys
+key = lambda p: [(r["step"], r["loss"], r["grad_norm"]) for r in map(json.loads, open(p))]
+a, b = key(sys.argv[1]), key(sys.argv[2])
+sys.exit(0 if a == b and a else 1)
+EOF
+}
+
+n=0
+for model in VLM MOE GPT; do
+    eval "args=(\"\${$model[@]}\")"
+    run "$tmp/$model.cpu" "${args[@]}" --set device=cpu
+    run "$tmp/$model.cuda" "${args[@]}" --set device=cuda
+    rc=$?
+    tap_result $rc "$model: hearth-train device=cuda runs" "$(tail -3 "$tmp/$model.cuda.err")"
+    out=$(compare "$tmp/$model.cuda" "$tmp/$model.cpu" 2>&1)
+    tap_result $? "$model: cuda against the cpu reference, same seed" "$out"
+    echo "$out"
+    run "$tmp/$model.cuda2" "${args[@]}" --set device=cuda
+    same_losses "$tmp/$model.cuda" "$tmp/$model.cuda2"
+    tap_result $? "$model: two cuda runs bitwise equal" ""
+done
+
+# Checkpoint at step 5 and resume: bitwise the uninterrupted run.
+run "$tmp/ck" "${VLM[@]}" --set device=cuda --set train.checkpoint_every=5
+cp -r "$tmp/ck" "$tmp/ck2"
+rm -f "$tmp/ck2/result.json"
+run "$tmp/ck2" "${VLM[@]}" --set device=cuda --set train.checkpoint_every=5 \
+    --resume "$tmp/ck2/checkpoints/$(ls "$tmp/ck2/checkpoints" | grep step | head -1)"
+rc=$?
+[ $rc = 0 ] && same_losses "$tmp/ck" "$tmp/ck2"
+tap_result $? "cuda: resume from step 5 is bitwise the uninterrupted run" \
+    "exit $rc; $(tail -2 "$tmp/ck2.err")"
+
+# SIGTERM: a checkpoint and exit 75.
+"$HEARTH_TRAIN" "${GPT[@]}" --set device=cuda --set train.steps=100000 --out "$tmp/term" \
+    >/dev/null 2>"$tmp/term.err" &
+pid=$!
+for ((i = 0; i < 600; i++)); do
+    [ -s "$tmp/term/metrics.jsonl" ] && break
+    sleep 0.1
+done
+kill -TERM $pid
+wait $pid
+rc=$?
+tap_result "$([ $rc = 75 ] && [ -f "$tmp/term/checkpoints/latest" ]; echo $?)" \
+    "cuda: SIGTERM gives a checkpoint and exit 75" "exit $rc; $(tail -2 "$tmp/term.err")"
+
+# --export-hf, then --init-from: the parameters come back (same first loss as a cpu run
+# initialised from the same export).
+# (tiny-vlm with the projector Qwen2.5-VL's width, so that the export format holds it)
+HF=(--set model.projector.hidden=1024)
+run "$tmp/ex" "${VLM[@]}" "${HF[@]}" --set device=cuda --set train.steps=3 --export-hf "$tmp/hf"
+rc=$?
+run "$tmp/in.cuda" "${VLM[@]}" "${HF[@]}" --set device=cuda --set train.steps=1 --init-from "$tmp/hf"
+run "$tmp/in.cpu" "${VLM[@]}" "${HF[@]}" --set device=cpu --set train.steps=1 --init-from "$tmp/hf"
+out=$(compare "$tmp/in.cuda" "$tmp/in.cpu" 2>&1)
+ok=$?
+tap_result "$([ $rc = 0 ] && [ $ok = 0 ]; echo $?)" \
+    "cuda: --export-hf then --init-from (cuda and cpu agree on the imported weights)" \
+    "export exit $rc; $(tail -1 "$tmp/ex.err"); $out"
+
+# result.json: the device's peak beside the plan's prediction.
+python3 - "$tmp/VLM.cuda/result.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+m = r["memory"]
+print(f"# device {r['device']}, measured peak {m['measured_peak_bytes']} B "
+      f"({m['measured_source'][:40]}...), predicted {m.get('predicted_peak_bytes')}")
+ok = r["device"] == "cuda" and m["measured_peak_bytes"] > 0 and "device memory" in m["measured_source"]
+sys.exit(0 if ok else 1)
+EOF
+tap_result $? "cuda: result.json reports the device peak beside the prediction" ""

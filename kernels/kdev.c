@@ -186,6 +186,11 @@ int kdev_sync(kdev *d)
     return note(d, d->ops->sync(d));
 }
 
+int kdev_set_precision(kdev *d, kdev_precision p)
+{
+    return note(d, d->ops->set_precision(d, p));
+}
+
 void kdev_mem_stats(const kdev *d, size_t *peak, size_t *current)
 {
     size_t p = 0, c = 0;
@@ -314,17 +319,21 @@ int kdev_rope_backward(kdev *d, float *dx, const float *cos, const float *sin, i
 
 int kdev_attention_forward(kdev *d, float *out, float *lse, const float *q, const float *k,
                            const float *v, const int *cu_seqlens, int nseq, int max_seqlen,
-                           int Hq, int Hkv, int D, int causal)
+                           int N, int Hq, int Hkv, int D, int causal)
 {
-    return note(d, d->ops->attention_forward(d, out, lse, q, k, v, cu_seqlens, nseq, max_seqlen, Hq, Hkv, D, causal));
+    return note(d, d->ops->attention_forward(d, out, lse, q, k, v, cu_seqlens, nseq,
+                                             max_seqlen, N, Hq, Hkv, D, causal));
 }
 
 int kdev_attention_backward(kdev *d, float *dq, float *dk, float *dv, const float *dout,
                             const float *q, const float *k, const float *v,
                             const float *out, const float *lse, const int *cu_seqlens,
-                            int nseq, int max_seqlen, int Hq, int Hkv, int D, int causal)
+                            int nseq, int max_seqlen, int N, int Hq, int Hkv, int D,
+                            int causal)
 {
-    return note(d, d->ops->attention_backward(d, dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, max_seqlen, Hq, Hkv, D, causal));
+    return note(d, d->ops->attention_backward(d, dq, dk, dv, dout, q, k, v, out, lse,
+                                              cu_seqlens, nseq, max_seqlen, N, Hq, Hkv, D,
+                                              causal));
 }
 
 int kdev_attention_block_forward(kdev *d, float *out, float *lse, const float *q,

@@ -82,6 +82,13 @@ int kdev_copy_2d(kdev *d, void *dst, size_t dpitch, const void *src, size_t spit
 int kdev_zero(kdev *d, void *p, size_t bytes);
 /* x[i] = value for i < n (floats). */
 int kdev_fill(kdev *d, float *x, size_t n, float value);
+/* The precision of the device's matrix work.  FP32 (the default): exact fp32 arithmetic.
+ * BF16: GEMM operands and attention inputs rounded to bf16 for the tensor cores, fp32
+ * accumulation, every tensor still stored in fp32 (a GPU's fast path; results agree with
+ * FP32 to bf16 rounding).  The cpu backend has FP32 only: BF16 gives HERR_CONFIG. */
+typedef enum { KDEV_PREC_FP32 = 0, KDEV_PREC_BF16 = 1 } kdev_precision;
+int kdev_set_precision(kdev *d, kdev_precision p);
+
 /* Waits for every call enqueued so far. */
 int kdev_sync(kdev *d);
 /* Peak bytes of device memory this device has held through kdev_alloc since creation
@@ -126,14 +133,16 @@ int kdev_rope_forward(kdev *d, float *x, const float *cos, const float *sin, int
 int kdev_rope_backward(kdev *d, float *dx, const float *cos, const float *sin, int N, int H,
                        int D);
 /* Attention: cu_seqlens is a device array; max_seqlen >= every sequence's length (a GPU
- * sizes its grid with it; the cpu backend ignores it). */
+ * sizes its grid with it); N = cu_seqlens[nseq], the rows of q (what a GPU converts for
+ * its bf16 kernels).  The cpu backend reads neither. */
 int kdev_attention_forward(kdev *d, float *out, float *lse, const float *q, const float *k,
                            const float *v, const int *cu_seqlens, int nseq, int max_seqlen,
-                           int Hq, int Hkv, int D, int causal);
+                           int N, int Hq, int Hkv, int D, int causal);
 int kdev_attention_backward(kdev *d, float *dq, float *dk, float *dv, const float *dout,
                             const float *q, const float *k, const float *v,
                             const float *out, const float *lse, const int *cu_seqlens,
-                            int nseq, int max_seqlen, int Hq, int Hkv, int D, int causal);
+                            int nseq, int max_seqlen, int N, int Hq, int Hkv, int D,
+                            int causal);
 /* Block attention (context parallelism, sequence chunks); the index arrays are device
  * arrays; max_q, max_k >= the longest sequence's rows in q_cu and k_cu. */
 int kdev_attention_block_forward(kdev *d, float *out, float *lse, const float *q,

@@ -27,7 +27,7 @@ extern "C" {
 #define KDEV_CUDA_ENTRY_NAME "hearth_kdev_cuda_ops"
 /* Bumped whenever kdev_ops or struct kdev changes: a library of another version is
  * refused rather than called through a table of another layout. */
-#define KDEV_ABI 2
+#define KDEV_ABI 3
 
 struct kdev {
     const kdev_ops *ops;
@@ -55,6 +55,7 @@ struct kdev_ops {
     int (*zero)(kdev *d, void *p, size_t bytes);
     int (*fill)(kdev *d, float *x, size_t n, float value);
     int (*sync)(kdev *d);
+    int (*set_precision)(kdev *d, kdev_precision p);
     void (*mem_stats)(const kdev *d, size_t *peak, size_t *current);
 
     int (*gather_rows)(kdev *d, float *dst, const float *src, const int *idx, int n, int C);
@@ -89,11 +90,12 @@ struct kdev_ops {
                          int D);
     int (*attention_forward)(kdev *d, float *out, float *lse, const float *q, const float *k,
                              const float *v, const int *cu_seqlens, int nseq, int max_seqlen,
-                             int Hq, int Hkv, int D, int causal);
+                             int N, int Hq, int Hkv, int D, int causal);
     int (*attention_backward)(kdev *d, float *dq, float *dk, float *dv, const float *dout,
                               const float *q, const float *k, const float *v,
                               const float *out, const float *lse, const int *cu_seqlens,
-                              int nseq, int max_seqlen, int Hq, int Hkv, int D, int causal);
+                              int nseq, int max_seqlen, int N, int Hq, int Hkv, int D,
+                              int causal);
     int (*attention_block_forward)(kdev *d, float *out, float *lse, const float *q,
                                    const float *k, const float *v, const int *q_cu,
                                    const int *q_pos, const int *k_cu, const int *k_pos,

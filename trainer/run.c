@@ -56,11 +56,7 @@ static int check_supported(const run_config *c, hearth_err *err)
     if (c->device == DEVICE_CUDA && c->ranks > 1)
         return herr_set(err, HERR_CONFIG, "device: cuda runs one rank so far (ranks: %d); "
                         "multi-rank layouts run on device cpu", c->ranks);
-    if (c->device == DEVICE_CUDA && c->precision.compute != COMPUTE_FP32)
-        return herr_set(err, HERR_CONFIG, "precision.compute: bf16 is not implemented on "
-                        "device cuda yet (its activations are fp32): set precision.compute: "
-                        "fp32");
-    if (c->precision.compute != COMPUTE_FP32)
+    if (c->device != DEVICE_CUDA && c->precision.compute != COMPUTE_FP32)
         return herr_set(err, HERR_CONFIG, "precision.compute: bf16 is not supported on device "
                         "cpu (the CPU path is fp32)");
     return 0;
@@ -77,7 +73,10 @@ static int setup(const cli_args *a, runlog *log, run_config *cfg, trainer **tr)
     if (!rc)
         rc = trainer_create(tr, cfg, &err);   /* installs the FP8 plan (fp8_policy.h) */
     if (!rc && cfg->device == DEVICE_CUDA)
-        runlog_printf(log, "device cuda: %s (fp32 activations)", trainer_device_name(*tr));
+        runlog_printf(log, "device cuda: %s, precision.compute %s (activations stored in fp32)",
+                      trainer_device_name(*tr),
+                      cfg->precision.compute == COMPUTE_BF16 ? "bf16: GEMMs and attention on "
+                      "bf16 tensor cores, fp32 accumulation" : "fp32");
     if (!rc && cfg->precision.fp8 == FP8_ALL)
         runlog_printf(log, "precision.fp8: all is emulated on device cpu (E4M3/E5M2 "
                       "quantise-dequantise around fp32 GEMMs)");

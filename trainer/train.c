@@ -96,6 +96,12 @@ int trainer_create(trainer **out, const run_config *cfg, hearth_err *err)
             trainer_free(t);
             return herr_set(err, rc == HERR_CONFIG ? HERR_CONFIG : HERR_RUNTIME, "%s", msg);
         }
+        if (cfg->precision.compute == COMPUTE_BF16 &&
+            (rc = kdev_set_precision(t->dev, KDEV_PREC_BF16))) {
+            rc = herr_set(err, rc, "precision.compute: %s", kdev_errmsg(t->dev));
+            trainer_free(t);
+            return rc;
+        }
     }
     model_par par;
     model_par_single(&par, &cfg->model);

@@ -105,6 +105,13 @@ static int cpu_sync(kdev *d)
     return 0;
 }
 
+static int cpu_set_precision(kdev *d, kdev_precision p)
+{
+    if (p != KDEV_PREC_FP32)
+        return kdev_fail(d, HERR_CONFIG, "the cpu device computes in fp32 only");
+    return 0;
+}
+
 static int cpu_gather_rows(kdev *d, float *dst, const float *src, const int *idx, int n,
                            int C)
 {
@@ -244,10 +251,12 @@ static int cpu_rope_backward(kdev *d, float *dx, const float *cos, const float *
 
 static int cpu_attention_forward(kdev *d, float *out, float *lse, const float *q,
                                  const float *k, const float *v, const int *cu_seqlens,
-                                 int nseq, int max_seqlen, int Hq, int Hkv, int D, int causal)
+                                 int nseq, int max_seqlen, int N, int Hq, int Hkv, int D,
+                                 int causal)
 {
     (void)d;
     (void)max_seqlen;
+    (void)N;
     kcpu_attention_forward(out, lse, q, k, v, cu_seqlens, nseq, Hq, Hkv, D, causal);
     return 0;
 }
@@ -255,11 +264,12 @@ static int cpu_attention_forward(kdev *d, float *out, float *lse, const float *q
 static int cpu_attention_backward(kdev *d, float *dq, float *dk, float *dv, const float *dout,
                                   const float *q, const float *k, const float *v,
                                   const float *out, const float *lse, const int *cu_seqlens,
-                                  int nseq, int max_seqlen, int Hq, int Hkv, int D,
+                                  int nseq, int max_seqlen, int N, int Hq, int Hkv, int D,
                                   int causal)
 {
     (void)d;
     (void)max_seqlen;
+    (void)N;
     kcpu_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, Hq, Hkv,
                             D, causal);
     return 0;
@@ -488,6 +498,7 @@ static const kdev_ops cpu_ops = {
     .zero = cpu_zero,
     .fill = cpu_fill,
     .sync = cpu_sync,
+    .set_precision = cpu_set_precision,
     .mem_stats = cpu_mem_stats,
     .gather_rows = cpu_gather_rows,
     .scatter_rows = cpu_scatter_rows,

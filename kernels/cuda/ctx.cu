@@ -81,6 +81,11 @@ const char *kcuda_ctx_errmsg(const kcuda_ctx *ctx)
     return ctx->msg;
 }
 
+void kcuda_ctx_set_f32_math(kcuda_ctx *ctx, int math)
+{
+    ctx->f32_math = math == KCUDA_F32_BF16 ? KCUDA_F32_BF16 : KCUDA_F32_EXACT;
+}
+
 void kcuda_ctx_gemm_stats(const kcuda_ctx *ctx, int *entries, long *hits, long *misses)
 {
     if (entries)

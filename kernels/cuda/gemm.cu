@@ -76,12 +76,14 @@ static struct kcuda_gemm_entry *cache_slot(kcuda_ctx *ctx, const struct kcuda_ge
     return NULL;
 }
 
-static int lt_matmul(kcuda_ctx *ctx, const struct gemm_args *g)
+/* fast: fp32 operands rounded to bf16 on the tensor cores (CUBLAS_COMPUTE_32F_FAST_16BF),
+ * fp32 accumulation; else exact fp32 (never TF32). */
+static int lt_matmul_ct(kcuda_ctx *ctx, const struct gemm_args *g, int fast)
 {
     int rc = KCUDA_OK;
     cudaDataType_t dt = g->dtype == DT_F32 ? CUDA_R_32F : CUDA_R_16BF;
     cudaDataType_t dtc = g->dtype == DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
-    cublasComputeType_t ct = CUBLAS_COMPUTE_32F; /* fp32 accumulate; never TF32 */
+    cublasComputeType_t ct = fast ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
     cublasLtMatmulPreference_t pref = NULL;
@@ -105,6 +107,7 @@ static int lt_matmul(kcuda_ctx *ctx, const struct gemm_args *g)
     key.epilogue = (int)epi;
     key.beta1 = beta != 0.0f;
     key.align = ptr_align(g->A, g->B, g->C, g->bias);
+    key.fast = fast;
 
     struct kcuda_gemm_entry *slot = cache_slot(ctx, &key);
     if (slot && slot->used) {
@@ -196,6 +199,16 @@ done:
         cublasLtMatrixLayoutDestroy(la);
     if (op)
         cublasLtMatmulDescDestroy(op);
+    return rc;
+}
+
+static int lt_matmul(kcuda_ctx *ctx, const struct gemm_args *g)
+{
+    int fast = g->dtype == DT_F32 && ctx->f32_math == KCUDA_F32_BF16;
+    int rc = lt_matmul_ct(ctx, g, fast);
+    /* A shape the bf16 path has no algorithm for runs exactly instead. */
+    if (rc == KCUDA_ENOALGO && fast)
+        rc = lt_matmul_ct(ctx, g, 0);
     return rc;
 }
 

@@ -56,6 +56,12 @@ int kcuda_ctx_create(kcuda_ctx **out, kcuda_stream stream, size_t workspace_byte
 void kcuda_ctx_free(kcuda_ctx *ctx);
 /* The message of the last failed call on ctx ("" when none); owned by ctx. */
 const char *kcuda_ctx_errmsg(const kcuda_ctx *ctx);
+/* How the _f32 GEMMs multiply: KCUDA_F32_EXACT (the default: fp32 math, never TF32) or
+ * KCUDA_F32_BF16 (the operands rounded to bf16 on the tensor cores, fp32 accumulation
+ * and output: CUBLAS_COMPUTE_32F_FAST_16BF; a shape cuBLASLt has no such algorithm for
+ * runs exactly).  Applies to later calls on ctx. */
+enum { KCUDA_F32_EXACT = 0, KCUDA_F32_BF16 = 1 };
+void kcuda_ctx_set_f32_math(kcuda_ctx *ctx, int math);
 /* Algorithm-cache statistics (for tests and benchmarks): entries, hits, misses. */
 void kcuda_ctx_gemm_stats(const kcuda_ctx *ctx, int *entries, long *hits, long *misses);
 

@@ -15,6 +15,7 @@
 
 struct kcuda_gemm_key {
     int dtype, transa, transb, m, n, k, epilogue, beta1, align;
+    int fast;               /* fp32 operands on bf16 tensor cores (kcuda_ctx_set_f32_math) */
 };
 
 /* The descriptors are kept with the algorithm: creating them costs host time on every
@@ -33,6 +34,7 @@ struct kcuda_ctx {
     void *workspace;
     size_t workspace_bytes;
     struct kcuda_gemm_entry cache[KCUDA_GEMM_CACHE];
+    int f32_math;           /* KCUDA_F32_* of the _f32 GEMMs */
     int cache_entries;
     long cache_hits, cache_misses;
     char msg[256];

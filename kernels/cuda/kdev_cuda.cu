@@ -123,6 +123,15 @@ static const char *cuda_hw_name(const kdev *d)
     return cuda_st(d)->hw;
 }
 
+static int cuda_set_precision(kdev *d, kdev_precision p)
+{
+    if (p != KDEV_PREC_FP32 && p != KDEV_PREC_BF16)
+        return kdev_fail(d, HERR_ARG, "set_precision: unknown precision %d", (int)p);
+    cuda_st(d)->prec = p;
+    kcuda_ctx_set_f32_math(cuda_st(d)->k, p == KDEV_PREC_BF16 ? KCUDA_F32_BF16 : KCUDA_F32_EXACT);
+    return 0;
+}
+
 /* In kdev_ops order (C++ wants designators in declaration order). */
 static const kdev_ops cuda_ops = {
     .abi = KDEV_ABI,
@@ -139,6 +148,7 @@ static const kdev_ops cuda_ops = {
     .zero = cuda_zero,
     .fill = cuda_fill,
     .sync = cuda_sync,
+    .set_precision = cuda_set_precision,
     .mem_stats = cuda_mem_stats,
     .gather_rows = cuda_gather_rows,
     .scatter_rows = cuda_scatter_rows,

@@ -391,9 +391,12 @@ static int cuda_att_bwd(kdev *d, const char *op, float *dq, float *dk, float *dv
 
 int cuda_attention_forward(kdev *d, float *out, float *lse, const float *q, const float *k,
                            const float *v, const int *cu_seqlens, int nseq, int max_seqlen,
-                           int Hq, int Hkv, int D, int causal)
+                           int N, int Hq, int Hkv, int D, int causal)
 {
     static const char op[] = "attention_forward";
+    if (cuda_st(d)->prec == KDEV_PREC_BF16 && cuda_attention16_fits(D))
+        return cuda_attention16_forward(d, out, lse, q, k, v, cu_seqlens, nseq, max_seqlen, N,
+                                        Hq, Hkv, D, causal);
     cuda_att a;
     int rc = cuda_att_setup(d, op, &a, q, k, v, cu_seqlens, NULL, cu_seqlens, NULL, nseq,
                             max_seqlen, Hq, Hkv, D, causal);
@@ -403,9 +406,12 @@ int cuda_attention_forward(kdev *d, float *out, float *lse, const float *q, cons
 int cuda_attention_backward(kdev *d, float *dq, float *dk, float *dv, const float *dout,
                             const float *q, const float *k, const float *v, const float *out,
                             const float *lse, const int *cu_seqlens, int nseq, int max_seqlen,
-                            int Hq, int Hkv, int D, int causal)
+                            int N, int Hq, int Hkv, int D, int causal)
 {
     static const char op[] = "attention_backward";
+    if (cuda_st(d)->prec == KDEV_PREC_BF16 && cuda_attention16_fits(D))
+        return cuda_attention16_backward(d, dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens,
+                                         nseq, max_seqlen, N, Hq, Hkv, D, causal);
     cuda_att a;
     int rc = cuda_att_setup(d, op, &a, q, k, v, cu_seqlens, NULL, cu_seqlens, NULL, nseq,
                             max_seqlen, Hq, Hkv, D, causal);

@@ -39,6 +39,7 @@ typedef struct {
     size_t map_cap, map_used;
     size_t current, peak;  /* bytes of kdev_alloc, as the cpu backend counts them */
     void *scratch;         /* device scratch for reductions and index work, grown on need */
+    kdev_precision prec;   /* kdev_set_precision */
     size_t scratch_bytes;
     char hw[256];          /* cudaDeviceProp.name */
 } cuda_state;
@@ -162,12 +163,26 @@ CUDA_PRIVATE int cuda_sumsq(kdev *d, double *out, const float *x, size_t n);
 CUDA_PRIVATE int cuda_attention_forward(kdev *d, float *out, float *lse, const float *q,
                                         const float *k, const float *v,
                                         const int *cu_seqlens, int nseq, int max_seqlen,
-                                        int Hq, int Hkv, int D, int causal);
+                                        int N, int Hq, int Hkv, int D, int causal);
 CUDA_PRIVATE int cuda_attention_backward(kdev *d, float *dq, float *dk, float *dv,
                                          const float *dout, const float *q, const float *k,
                                          const float *v, const float *out, const float *lse,
                                          const int *cu_seqlens, int nseq, int max_seqlen,
-                                         int Hq, int Hkv, int D, int causal);
+                                         int N, int Hq, int Hkv, int D, int causal);
+
+/* kdev_cuda_attn16.cu: the attention above on the bf16 flash kernels of kcuda (the
+ * precision BF16; head dims kcuda_attention16_fits): q, k, v (and out, dout) converted to
+ * bf16 in the device scratch, outputs converted back (the backward accumulates). */
+CUDA_PRIVATE int cuda_attention16_fits(int D);
+CUDA_PRIVATE int cuda_attention16_forward(kdev *d, float *out, float *lse, const float *q,
+                                          const float *k, const float *v,
+                                          const int *cu_seqlens, int nseq, int max_seqlen,
+                                          int N, int Hq, int Hkv, int D, int causal);
+CUDA_PRIVATE int cuda_attention16_backward(kdev *d, float *dq, float *dk, float *dv,
+                                           const float *dout, const float *q, const float *k,
+                                           const float *v, const float *out, const float *lse,
+                                           const int *cu_seqlens, int nseq, int max_seqlen,
+                                           int N, int Hq, int Hkv, int D, int causal);
 CUDA_PRIVATE int cuda_attention_block_forward(kdev *d, float *out, float *lse,
                                               const float *q, const float *k, const float *v,
                                               const int *q_cu, const int *q_pos,

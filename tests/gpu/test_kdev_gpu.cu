@@ -12,6 +12,8 @@
  *   TOL_F32  1e-5  fp32 kernels whose sums run in another order or in fp32 where the
  *                  reference uses double (matmul, norms, RoPE, activations, MoE sums);
  *   TOL_ATT  1e-4  attention (online softmax, warp-order dot products);
+ *   TOL_BF16 3e-2  matmul and attention at precision BF16 (operands rounded to 8 bits of
+ *                  mantissa, fp32 accumulation);
  *   TOL_OPT  1e-6  AdamW;
  *   TOL_D    1e-12 double reductions (cross-entropy row sums, sum of squares);
  *   bitwise        rows, copies, zero/fill, add/accumulate/scale, embedding, integer
@@ -35,6 +37,7 @@
 #define TOL_ATT 1e-4
 #define TOL_OPT 1e-6
 #define TOL_D 1e-12
+#define TOL_BF16 3e-2
 
 #define MAXBUF 256
 
@@ -53,6 +56,8 @@ struct tctx {
     int nbufs;
     void *host[MAXBUF];      /* freed after each test */
     int nhost;
+    double tol;              /* > 0: the tolerance of matmul and attention checks (the
+                                bf16 precision case), else their fp32 ones */
 };
 
 static const char *DEVNAME[2] = {"cpu", "cuda"};
@@ -453,7 +458,7 @@ static int mm_case(struct tctx *t, const char *tag, int M, int K, int N)
                {"dinp1", di1, (size_t)M * K}, {"dw1", dw1, (size_t)N * K}, {"db1", db1, (size_t)N}};
     for (size_t i = 0; i < sizeof chk / sizeof chk[0]; i++) {
         snprintf(w, sizeof w, "%s.%s", tag, chk[i].n);
-        f += cmp_tol(t, w, chk[i].b, chk[i].len, TOL_F32);
+        f += cmp_tol(t, w, chk[i].b, chk[i].len, t->tol > 0 ? t->tol : TOL_F32);
     }
     return f;
 }
@@ -538,7 +543,7 @@ static int norm_case(struct tctx *t, const char *tag, int N, int C, int bias)
                {"ln.dw", dw2, (size_t)C}, {"ln.db", db2, (size_t)C}};
     for (size_t i = 0; i < sizeof chk / sizeof chk[0]; i++) {
         snprintf(w, sizeof w, "%s.%s", tag, chk[i].n);
-        f += cmp_tol(t, w, chk[i].b, chk[i].len, TOL_F32);
+        f += cmp_tol(t, w, chk[i].b, chk[i].len, t->tol > 0 ? t->tol : TOL_F32);
     }
     return f;
 }
@@ -651,12 +656,12 @@ static int att_case(struct tctx *t, const char *tag, const int *lens, int nseq, 
         return 1;
     for (int k = 0; k < 2; k++)
         CK(kdev_attention_forward(t->d[k], FP(a.out, k), FP(a.lse, k), FP(a.q, k), FP(a.k, k),
-                                  FP(a.v, k), IP(a.cu, k), nseq, a.maxlen, Hq, Hkv, D, causal));
+                                  FP(a.v, k), IP(a.cu, k), nseq, a.maxlen, a.N, Hq, Hkv, D, causal));
     size_t nq = (size_t)a.N * Hq * D, nk = (size_t)a.N * Hkv * D;
     snprintf(w, sizeof w, "%s.out", tag);
-    f += cmp_tol(t, w, a.out, nq, TOL_ATT);
+    f += cmp_tol(t, w, a.out, nq, t->tol > 0 ? t->tol : TOL_ATT);
     snprintf(w, sizeof w, "%s.lse", tag);
-    f += cmp_tol(t, w, a.lse, (size_t)a.N * Hq, TOL_ATT);
+    f += cmp_tol(t, w, a.lse, (size_t)a.N * Hq, t->tol > 0 ? t->tol : TOL_ATT);
     /* the backward of both reads the cpu's out and lse */
     void *ho = dl(t, 0, a.out), *hl = dl(t, 0, a.lse);
     if (!ho || !hl)
@@ -667,15 +672,15 @@ static int att_case(struct tctx *t, const char *tag, const int *lens, int nseq, 
         CK(kdev_attention_backward(t->d[k], with_dq ? FP(a.dq, k) : NULL, FP(a.dk, k),
                                    FP(a.dv, k), FP(a.dout, k), FP(a.q, k), FP(a.k, k),
                                    FP(a.v, k), FP(a.out, k), FP(a.lse, k), IP(a.cu, k), nseq,
-                                   a.maxlen, Hq, Hkv, D, causal));
+                                   a.maxlen, a.N, Hq, Hkv, D, causal));
     if (with_dq) {
         snprintf(w, sizeof w, "%s.dq", tag);
-        f += cmp_tol(t, w, a.dq, nq, TOL_ATT);
+        f += cmp_tol(t, w, a.dq, nq, t->tol > 0 ? t->tol : TOL_ATT);
     }
     snprintf(w, sizeof w, "%s.dk", tag);
-    f += cmp_tol(t, w, a.dk, nk, TOL_ATT);
+    f += cmp_tol(t, w, a.dk, nk, t->tol > 0 ? t->tol : TOL_ATT);
     snprintf(w, sizeof w, "%s.dv", tag);
-    f += cmp_tol(t, w, a.dv, nk, TOL_ATT);
+    f += cmp_tol(t, w, a.dv, nk, t->tol > 0 ? t->tol : TOL_ATT);
     return f;
 }
 
@@ -687,6 +692,32 @@ static int test_attention(struct tctx *t)
     f += att_case(t, "c80", lens, 4, 4, 2, 80, 1, 0); /* dq not wanted */
     f += att_case(t, "c200", lens2, 2, 2, 1, 200, 1, 1);
     f += att_case(t, "n512", lens3, 2, 2, 2, 512, 0, 1);
+    return f + t->bad;
+}
+
+/* Precision BF16 on the cuda device (kdev_set_precision): GEMMs on bf16 tensor cores and
+ * attention through kcuda's bf16 flash kernels for D = 64, 80, 128, against the fp32 cpu
+ * at TOL_BF16; the cpu device refuses BF16. */
+static int test_bf16(struct tctx *t)
+{
+    static const int lens[4] = {1, 17, 69, 130}, lens2[3] = {64, 64, 200};
+    int f = 0;
+    int k = 1;
+    CK(kdev_set_precision(t->d[k], KDEV_PREC_BF16));
+    int rc = kdev_set_precision(t->d[0], KDEV_PREC_BF16);
+    kdev_status_clear(t->d[0]);
+    if (rc != HERR_CONFIG) {
+        printf("# cpu set_precision(BF16): rc %d, want HERR_CONFIG\n", rc);
+        f++;
+    }
+    t->tol = TOL_BF16;
+    f += mm_case(t, "bf16.96x200x136", 96, 200, 136);
+    f += mm_case(t, "bf16.M1", 1, 40, 24);
+    f += att_case(t, "bf16.c64", lens, 4, 4, 2, 64, 1, 1);
+    f += att_case(t, "bf16.n80", lens, 4, 4, 2, 80, 0, 1);
+    f += att_case(t, "bf16.c128", lens2, 3, 2, 2, 128, 1, 0);
+    t->tol = 0;
+    CK(kdev_set_precision(t->d[k], KDEV_PREC_FP32));
     return f + t->bad;
 }
 
@@ -1051,13 +1082,13 @@ static int test_determinism(struct tctx *t)
     int k = 1;
     kdev *d = t->d[1];
     CK(kdev_attention_forward(d, FP(a.out, k), FP(a.lse, k), FP(a.q, k), FP(a.k, k), FP(a.v, k),
-                              IP(a.cu, k), nseq, a.maxlen, Hq, Hkv, D, 1));
+                              IP(a.cu, k), nseq, a.maxlen, a.N, Hq, Hkv, D, 1));
     struct dp *gs[2] = {g1, g2};
     for (int run = 0; run < 2; run++)
         CK(kdev_attention_backward(d, FP(gs[run][0], k), FP(gs[run][1], k), FP(gs[run][2], k),
                                    FP(a.dout, k), FP(a.q, k), FP(a.k, k), FP(a.v, k),
-                                   FP(a.out, k), FP(a.lse, k), IP(a.cu, k), nseq, a.maxlen, Hq,
-                                   Hkv, D, 1));
+                                   FP(a.out, k), FP(a.lse, k), IP(a.cu, k), nseq, a.maxlen,
+                                   a.N, Hq, Hkv, D, 1));
     CK(kdev_ce_rowmax(d, FP(mx, k), FP(L, k), n, Vl));
     CK(kdev_ce_rowsum(d, DBP(s1, k), FP(L, k), FP(mx, k), IP(T, k), 0, n, Vl));
     CK(kdev_ce_rowsum(d, DBP(s2, k), FP(L, k), FP(mx, k), IP(T, k), 0, n, Vl));
@@ -1083,7 +1114,7 @@ static int test_errors(struct tctx *t)
     if (t->bad)
         return 1;
     int rc = kdev_attention_forward(d, FP(x, 1), FP(x, 1), FP(x, 1), FP(x, 1), FP(x, 1),
-                                    IP(CU, 1), 1, 1, 1, 1, 600, 0);
+                                    IP(CU, 1), 1, 1, 1, 1, 1, 600, 0);
     gu_note(t, " D600=%d \"%s\"", rc, kdev_errmsg(d));
     if (rc != HERR_ARG || !strstr(kdev_errmsg(d), "attention_forward")) {
         printf("# attention_forward D=600: rc %d, message \"%s\"\n", rc, kdev_errmsg(d));
@@ -1115,6 +1146,7 @@ static const struct {
     {"activations", test_activations},
     {"attention", test_attention},
     {"attention_block", test_attention_block},
+    {"bf16", test_bf16},
     {"ce", test_ce},
     {"moe", test_moe},
     {"fp8", test_fp8},

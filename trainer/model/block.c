@@ -475,8 +475,8 @@ static int attn_forward(stack *st, block *b, const float *x, const stack_ctx *ct
                                 b->lse, b->q, b->k, b->v, cu, nseq, N, c->Hq, c->Hkv, c->D,
                                 c->causal);
     else
-        kdev_attention_forward(dev, b->att, b->lse, b->q, b->k, b->v, cu, nseq, maxs, c->Hq,
-                               c->Hkv, c->D, c->causal);
+        kdev_attention_forward(dev, b->att, b->lse, b->q, b->k, b->v, cu, nseq, maxs, N,
+                               c->Hq, c->Hkv, c->D, c->causal);
     if (rc)
         return rc;
     if ((rc = row_linear_forward(st, p->fp8, FP8_PROJ, sc->tmp, b->att, p->proj_w, p->proj_b, N, Nl, c->QD,
@@ -746,7 +746,7 @@ static int attn_backward(stack *st, block *b, const float *x, const stack_ctx *c
                                  cu, nseq, N, c->Hq, c->Hkv, c->D, c->causal);
     else if (!st->cp_comm)
         kdev_attention_backward(dev, sc->dq, sc->dk, sc->dv, sc->datt, b->q, b->k, b->v,
-                                b->att, b->lse, cu, nseq, maxs, c->Hq, c->Hkv, c->D,
+                                b->att, b->lse, cu, nseq, maxs, N, c->Hq, c->Hkv, c->D,
                                 c->causal);
     if (c->rope) {
         kdev_rope_backward(dev, sc->dq, ctx->cos, ctx->sin, N, c->Hq, c->D);

@@ -59,8 +59,9 @@ static const field_desc rows[] = {
     BOOL_ROW("parallel.a2a_overlap", parallel.a2a_overlap,
              "overlap MoE all-to-all with computation"),
 
-    ENUM_ROW("precision.compute", precision.compute, compute_names, "fp32",
-             "activation/matmul precision"),
+    { .key = "precision.compute", .type = FT_ENUM, .off = OFF(precision.compute),
+      .names = compute_names, .def = "auto", .flags = FIELD_AUTO,
+      .doc = "matmul/attention precision; auto = fp32 on cpu, bf16 on cuda" },
     ENUM_ROW("precision.fp8", precision.fp8, fp8_names, "off", "FP8 linears"),
     { .key = "precision.fp8_policy", .type = FT_STR, .off = OFF(precision.fp8_policy),
       .size = SZ(precision.fp8_policy), .def = "", .doc = "selective: the policy file" },

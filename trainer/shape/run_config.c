@@ -199,12 +199,13 @@ void run_config_derive(run_config *c, const unsigned char *is_auto)
      * and no key search, since every resolved point of a sweep comes through here. */
     int nc;
     const field_desc *t = config_fields(&nc);
-    int comm = 0, dp = 0, enc_tp = 0, global_batch = 0, min_lr = 0;
+    int comm = 0, dp = 0, enc_tp = 0, global_batch = 0, min_lr = 0, compute = 0;
     for (int i = 0; i < nc; i++) {
         if (!is_auto[i])
             continue;
         size_t off = t[i].off;
         comm |= off == offsetof(run_config, comm);
+        compute |= off == offsetof(run_config, precision.compute);
         dp |= off == offsetof(run_config, parallel.dp);
         enc_tp |= off == offsetof(run_config, parallel.encoder.tp);
         global_batch |= off == offsetof(run_config, train.global_batch);
@@ -212,6 +213,8 @@ void run_config_derive(run_config *c, const unsigned char *is_auto)
     }
     if (comm)
         c->comm = c->device == DEVICE_CUDA ? COMM_NCCL : COMM_LOCAL;
+    if (compute)
+        c->precision.compute = c->device == DEVICE_CUDA ? COMPUTE_BF16 : COMPUTE_FP32;
     if (dp) {
         long mp = (long)c->parallel.tp * c->parallel.cp * c->parallel.pp;
         c->parallel.dp = mp > 0 && c->ranks % mp == 0 ? (int)(c->ranks / mp) : 0;

@@ -206,8 +206,22 @@ run badlayout --config "$tmp/good.yaml" --set ranks=3 --set parallel.tp=3 --out 
 tap_check "impossible layout: exit 2, names the rule, only the log" bad_config badlayout \
     "heads_divisible_by_tp"
 
+# device cuda where it cannot run: a build without the cuda backend (no nvcc) is a config
+# error (exit 2); with the backend but no GPU the run fails (exit 1); both say why and
+# write only the log.  (Where a GPU answers, tests/gpu/train_gpu.sh trains on it.)
 run cuda --config "$tmp/good.yaml" --set device=cuda --out "$tmp/cuda-out"
-tap_check "device cuda: exit 2, not supported yet, only the log" bad_config cuda "device: cuda is not supported by this build yet"
+cuda_refused() {
+    if nvidia-smi -L >/dev/null 2>&1; then
+        expect_rc cuda 0
+    elif [ -e "$BUILD/lib/libhearth_cuda.so" ]; then
+        expect_rc cuda 1 || return 1
+        grep -q "device cuda: no CUDA device answers" "$tmp/cuda.err" || { cat "$tmp/cuda.err"; return 1; }
+        only_log cuda
+    else
+        bad_config cuda "device cuda: this build has no CUDA backend"
+    fi
+}
+tap_check "device cuda without a GPU: a clear error, exit 1 (no GPU) or 2 (no backend), only the log" cuda_refused
 
 # lr and weight decay at their maxima blow the weights up within a few steps.
 run diverge --config "$tmp/good.yaml" --set train.steps=30 --set train.lr=1000 \

@@ -114,6 +114,7 @@ void kdev_free(kdev *d)
 {
     if (!d)
         return;
+    free(d->prof);
     d->ops->fini(d);
     if (d->dl)
         dlclose(d->dl);
@@ -146,6 +147,106 @@ const char *kdev_errmsg(const kdev *d)
     return d->errmsg;
 }
 
+/* ---- profile ------------------------------------------------------------------------- */
+
+#define PROF_OPS 64
+
+typedef struct {
+    const char *op;
+    double ms;
+    long calls;
+} prof_op;
+
+struct kdev_prof {
+    const char *mark[KDEV_PROF_MARKS];   /* the op of each pending mark */
+    int n;
+    prof_op acc[PROF_OPS];
+    int nacc;
+    double ms[KDEV_PROF_MARKS];
+};
+
+/* Charges the pending marks' intervals to their ops; the last mark stays pending. */
+static int prof_flush(kdev *d)
+{
+    struct kdev_prof *p = d->prof;
+    if (p->n < 2)
+        return 0;
+    int rc = d->ops->prof_read(d, p->ms, p->n);
+    if (rc)
+        return rc;
+    for (int i = 0; i < p->n - 1; i++) {
+        int k = 0;
+        while (k < p->nacc && p->acc[k].op != p->mark[i])
+            k++;
+        if (k == p->nacc) {
+            if (p->nacc == PROF_OPS)
+                continue;
+            p->acc[p->nacc].op = p->mark[i];
+            p->acc[p->nacc].ms = 0;
+            p->acc[p->nacc++].calls = 0;
+        }
+        p->acc[k].ms += p->ms[i];
+        p->acc[k].calls++;
+    }
+    p->mark[0] = p->mark[p->n - 1];
+    p->n = 1;
+    return 0;
+}
+
+/* Marks the start of an op (op: a string literal, compared by address). */
+static void prof_mark(kdev *d, const char *op)
+{
+    struct kdev_prof *p = d->prof;
+    if (p->n == KDEV_PROF_MARKS && prof_flush(d))
+        return;
+    if (d->ops->prof_mark(d, p->n) == 0)
+        p->mark[p->n++] = op;
+}
+
+#define MARK(d, op)                                                                       \
+    do {                                                                                  \
+        if ((d)->prof)                                                                    \
+            prof_mark((d), (op));                                                         \
+    } while (0)
+
+int kdev_profile_start(kdev *d)
+{
+    if (d->prof)
+        return 0;
+    d->prof = calloc(1, sizeof *d->prof);
+    return d->prof ? 0 : kdev_fail(d, HERR_NOMEM, "profile: out of memory");
+}
+
+static int acc_cmp(const void *a, const void *b)
+{
+    double x = ((const prof_op *)a)->ms, y = ((const prof_op *)b)->ms;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+double kdev_profile_report(kdev *d, char *buf, size_t len)
+{
+    struct kdev_prof *p = d->prof;
+    if (!p)
+        return kdev_fail(d, HERR_ARG, "profile: not started");
+    prof_mark(d, "(end)");   /* closes the last op's interval */
+    int rc = prof_flush(d);
+    if (rc)
+        return rc;
+    qsort(p->acc, (size_t)p->nacc, sizeof p->acc[0], acc_cmp);
+    double total = 0;
+    for (int i = 0; i < p->nacc; i++)
+        total += p->acc[i].ms;
+    size_t off = 0;
+    int w = snprintf(buf, len, "%-26s %8s %11s %7s\n", "op", "calls", "ms", "share");
+    off = w > 0 ? (size_t)w : 0;
+    for (int i = 0; i < p->nacc && off < len; i++) {
+        w = snprintf(buf + off, len - off, "%-26s %8ld %11.2f %6.1f%%\n", p->acc[i].op,
+                     p->acc[i].calls, p->acc[i].ms, total > 0 ? 100 * p->acc[i].ms / total : 0);
+        off += w > 0 ? (size_t)w : 0;
+    }
+    return total;
+}
+
 /* Keeps the first failure (kdev_status). */
 static int note(kdev *d, int rc)
 {
@@ -173,16 +274,19 @@ void kdev_release(kdev *d, void *p)
 
 int kdev_upload(kdev *d, void *dst, const void *host, size_t bytes)
 {
+    MARK(d, "upload");
     return bytes ? note(d, d->ops->upload(d, dst, host, bytes)) : 0;
 }
 
 int kdev_download(kdev *d, void *host, const void *src, size_t bytes)
 {
+    MARK(d, "download");
     return bytes ? note(d, d->ops->download(d, host, src, bytes)) : 0;
 }
 
 int kdev_sync(kdev *d)
 {
+    MARK(d, "sync");
     return note(d, d->ops->sync(d));
 }
 
@@ -205,43 +309,51 @@ void kdev_mem_stats(const kdev *d, size_t *peak, size_t *current)
 
 int kdev_copy(kdev *d, void *dst, const void *src, size_t bytes)
 {
+    MARK(d, "copy");
     return note(d, d->ops->copy(d, dst, src, bytes));
 }
 
 int kdev_copy_2d(kdev *d, void *dst, size_t dpitch, const void *src, size_t spitch,
                  size_t width, size_t rows)
 {
+    MARK(d, "copy_2d");
     return note(d, d->ops->copy_2d(d, dst, dpitch, src, spitch, width, rows));
 }
 
 int kdev_zero(kdev *d, void *p, size_t bytes)
 {
+    MARK(d, "zero");
     return note(d, d->ops->zero(d, p, bytes));
 }
 
 int kdev_fill(kdev *d, float *x, size_t n, float value)
 {
+    MARK(d, "fill");
     return note(d, d->ops->fill(d, x, n, value));
 }
 
 int kdev_gather_rows(kdev *d, float *dst, const float *src, const int *idx, int n, int C)
 {
+    MARK(d, "gather_rows");
     return note(d, d->ops->gather_rows(d, dst, src, idx, n, C));
 }
 
 int kdev_scatter_rows(kdev *d, float *dst, const float *src, const int *idx, int n, int C)
 {
+    MARK(d, "scatter_rows");
     return note(d, d->ops->scatter_rows(d, dst, src, idx, n, C));
 }
 
 int kdev_add_bias(kdev *d, float *x, const float *bias, int n, int C)
 {
+    MARK(d, "add_bias");
     return note(d, d->ops->add_bias(d, x, bias, n, C));
 }
 
 int kdev_matmul_forward(kdev *d, float *out, const float *inp, const float *weight,
                         const float *bias, int M, int K, int N)
 {
+    MARK(d, "matmul_forward");
     return note(d, d->ops->matmul_forward(d, out, inp, weight, bias, M, K, N));
 }
 
@@ -249,39 +361,46 @@ int kdev_matmul_backward(kdev *d, float *dinp, float *dweight, float *dbias,
                          const float *dout, const float *inp, const float *weight, int M,
                          int K, int N)
 {
+    MARK(d, "matmul_backward");
     return note(d, d->ops->matmul_backward(d, dinp, dweight, dbias, dout, inp, weight, M, K, N));
 }
 
 int kdev_add(kdev *d, float *out, const float *a, const float *b, size_t n)
 {
+    MARK(d, "add");
     return note(d, d->ops->add(d, out, a, b, n));
 }
 
 int kdev_accumulate(kdev *d, float *dst, const float *src, size_t n)
 {
+    MARK(d, "accumulate");
     return note(d, d->ops->accumulate(d, dst, src, n));
 }
 
 int kdev_scale(kdev *d, float *x, size_t n, float s)
 {
+    MARK(d, "scale");
     return note(d, d->ops->scale(d, x, n, s));
 }
 
 int kdev_embedding_forward(kdev *d, float *out, const int *ids, const float *table, int N,
                            int C)
 {
+    MARK(d, "embedding_forward");
     return note(d, d->ops->embedding_forward(d, out, ids, table, N, C));
 }
 
 int kdev_embedding_backward(kdev *d, float *dtable, const float *dout, const int *ids,
                             int N, int C)
 {
+    MARK(d, "embedding_backward");
     return note(d, d->ops->embedding_backward(d, dtable, dout, ids, N, C));
 }
 
 int kdev_rmsnorm_forward(kdev *d, float *out, float *rstd, const float *inp,
                          const float *weight, int N, int C, float eps)
 {
+    MARK(d, "rmsnorm_forward");
     return note(d, d->ops->rmsnorm_forward(d, out, rstd, inp, weight, N, C, eps));
 }
 
@@ -289,12 +408,14 @@ int kdev_rmsnorm_backward(kdev *d, float *dinp, float *dweight, const float *dou
                           const float *inp, const float *weight, const float *rstd, int N,
                           int C)
 {
+    MARK(d, "rmsnorm_backward");
     return note(d, d->ops->rmsnorm_backward(d, dinp, dweight, dout, inp, weight, rstd, N, C));
 }
 
 int kdev_layernorm_forward(kdev *d, float *out, float *mean, float *rstd, const float *inp,
                            const float *weight, const float *bias, int N, int C, float eps)
 {
+    MARK(d, "layernorm_forward");
     return note(d, d->ops->layernorm_forward(d, out, mean, rstd, inp, weight, bias, N, C, eps));
 }
 
@@ -302,18 +423,21 @@ int kdev_layernorm_backward(kdev *d, float *dinp, float *dweight, float *dbias,
                             const float *dout, const float *inp, const float *weight,
                             const float *mean, const float *rstd, int N, int C)
 {
+    MARK(d, "layernorm_backward");
     return note(d, d->ops->layernorm_backward(d, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C));
 }
 
 int kdev_rope_forward(kdev *d, float *x, const float *cos, const float *sin, int N, int H,
                       int D)
 {
+    MARK(d, "rope_forward");
     return note(d, d->ops->rope_forward(d, x, cos, sin, N, H, D));
 }
 
 int kdev_rope_backward(kdev *d, float *dx, const float *cos, const float *sin, int N, int H,
                        int D)
 {
+    MARK(d, "rope_backward");
     return note(d, d->ops->rope_backward(d, dx, cos, sin, N, H, D));
 }
 
@@ -321,6 +445,7 @@ int kdev_attention_forward(kdev *d, float *out, float *lse, const float *q, cons
                            const float *v, const int *cu_seqlens, int nseq, int max_seqlen,
                            int N, int Hq, int Hkv, int D, int causal)
 {
+    MARK(d, "attention_forward");
     return note(d, d->ops->attention_forward(d, out, lse, q, k, v, cu_seqlens, nseq,
                                              max_seqlen, N, Hq, Hkv, D, causal));
 }
@@ -331,6 +456,7 @@ int kdev_attention_backward(kdev *d, float *dq, float *dk, float *dv, const floa
                             int nseq, int max_seqlen, int N, int Hq, int Hkv, int D,
                             int causal)
 {
+    MARK(d, "attention_backward");
     return note(d, d->ops->attention_backward(d, dq, dk, dv, dout, q, k, v, out, lse,
                                               cu_seqlens, nseq, max_seqlen, N, Hq, Hkv, D,
                                               causal));
@@ -342,6 +468,7 @@ int kdev_attention_block_forward(kdev *d, float *out, float *lse, const float *q
                                  int nseq, int max_q, int max_k, int Hq, int Hkv, int D,
                                  int causal)
 {
+    MARK(d, "attention_block_forward");
     return note(d, d->ops->attention_block_forward(d, out, lse, q, k, v, q_cu, q_pos, k_cu, k_pos, nseq, max_q, max_k, Hq, Hkv, D, causal));
 }
 
@@ -352,51 +479,60 @@ int kdev_attention_block_backward(kdev *d, float *dq, float *dk, float *dv,
                                   const int *k_pos, int nseq, int max_q, int max_k, int Hq,
                                   int Hkv, int D, int causal)
 {
+    MARK(d, "attention_block_backward");
     return note(d, d->ops->attention_block_backward(d, dq, dk, dv, dout, q, k, v, out, lse, q_cu, q_pos, k_cu, k_pos, nseq, max_q, max_k, Hq, Hkv, D, causal));
 }
 
 int kdev_swiglu_forward(kdev *d, float *out, const float *inp, int N, int F)
 {
+    MARK(d, "swiglu_forward");
     return note(d, d->ops->swiglu_forward(d, out, inp, N, F));
 }
 
 int kdev_swiglu_backward(kdev *d, float *dinp, const float *dout, const float *inp, int N,
                          int F)
 {
+    MARK(d, "swiglu_backward");
     return note(d, d->ops->swiglu_backward(d, dinp, dout, inp, N, F));
 }
 
 int kdev_gelu_forward(kdev *d, float *out, const float *inp, size_t n, kgelu_kind kind)
 {
+    MARK(d, "gelu_forward");
     return note(d, d->ops->gelu_forward(d, out, inp, n, kind));
 }
 
 int kdev_gelu_backward(kdev *d, float *dinp, const float *dout, const float *inp, size_t n,
                        kgelu_kind kind)
 {
+    MARK(d, "gelu_backward");
     return note(d, d->ops->gelu_backward(d, dinp, dout, inp, n, kind));
 }
 
 int kdev_ce_rowmax(kdev *d, float *mx, const float *logits, int n, int Vl)
 {
+    MARK(d, "ce_rowmax");
     return note(d, d->ops->ce_rowmax(d, mx, logits, n, Vl));
 }
 
 int kdev_ce_rowsum(kdev *d, double *sums, const float *logits, const float *mx,
                    const int *targets, int v0, int n, int Vl)
 {
+    MARK(d, "ce_rowsum");
     return note(d, d->ops->ce_rowsum(d, sums, logits, mx, targets, v0, n, Vl));
 }
 
 int kdev_ce_grad(kdev *d, float *dlogits, const float *logits, const double *lse,
                  const int *targets, int v0, double dl, int n, int Vl)
 {
+    MARK(d, "ce_grad");
     return note(d, d->ops->ce_grad(d, dlogits, logits, lse, targets, v0, dl, n, Vl));
 }
 
 int kdev_moe_router_forward(kdev *d, int *topk_idx, float *topk_w, float *probs, float *aux,
                             const float *logits, int N, int E, int K)
 {
+    MARK(d, "moe_router_forward");
     return note(d, d->ops->moe_router_forward(d, topk_idx, topk_w, probs, aux, logits, N, E, K));
 }
 
@@ -404,24 +540,28 @@ int kdev_moe_router_backward(kdev *d, float *dlogits, const float *dtopk_w, floa
                              const float *probs, const int *topk_idx, const float *topk_w,
                              int N, int E, int K)
 {
+    MARK(d, "moe_router_backward");
     return note(d, d->ops->moe_router_backward(d, dlogits, dtopk_w, daux, probs, topk_idx, topk_w, N, E, K));
 }
 
 int kdev_moe_plan(kdev *d, int *offsets, int *row_src, int *slot_row, const int *topk_idx,
                   int N, int E, int K)
 {
+    MARK(d, "moe_plan");
     return note(d, d->ops->moe_plan(d, offsets, row_src, slot_row, topk_idx, N, E, K));
 }
 
 int kdev_moe_permute_forward(kdev *d, float *out, const float *inp, const int *row_src,
                              int N, int K, int C)
 {
+    MARK(d, "moe_permute_forward");
     return note(d, d->ops->moe_permute_forward(d, out, inp, row_src, N, K, C));
 }
 
 int kdev_moe_permute_backward(kdev *d, float *dinp, const float *dout, const int *row_src,
                               int N, int K, int C)
 {
+    MARK(d, "moe_permute_backward");
     return note(d, d->ops->moe_permute_backward(d, dinp, dout, row_src, N, K, C));
 }
 
@@ -429,6 +569,7 @@ int kdev_moe_unpermute_forward(kdev *d, float *out, const float *expert_out,
                                const float *topk_w, const int *slot_row, int N, int K,
                                int C)
 {
+    MARK(d, "moe_unpermute_forward");
     return note(d, d->ops->moe_unpermute_forward(d, out, expert_out, topk_w, slot_row, N, K, C));
 }
 
@@ -437,16 +578,19 @@ int kdev_moe_unpermute_backward(kdev *d, float *dexpert_out, float *dtopk_w,
                                 const float *topk_w, const int *slot_row, int N, int K,
                                 int C)
 {
+    MARK(d, "moe_unpermute_backward");
     return note(d, d->ops->moe_unpermute_backward(d, dexpert_out, dtopk_w, dout, expert_out, topk_w, slot_row, N, K, C));
 }
 
 int kdev_amax(kdev *d, float *amax, const float *x, size_t n)
 {
+    MARK(d, "amax");
     return note(d, d->ops->amax(d, amax, x, n));
 }
 
 int kdev_fp8_qdq(kdev *d, float *out, const float *x, size_t n, float scale, kfp8_format f)
 {
+    MARK(d, "fp8_qdq");
     return note(d, d->ops->fp8_qdq(d, out, x, n, scale, f));
 }
 
@@ -454,10 +598,12 @@ int kdev_adamw_update(kdev *d, float *param, const float *grad, float *m, float 
                       size_t n, float lr, float beta1, float beta2, float eps,
                       float weight_decay, int step)
 {
+    MARK(d, "adamw_update");
     return note(d, d->ops->adamw_update(d, param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step));
 }
 
 int kdev_sumsq(kdev *d, double *out, const float *x, size_t n)
 {
+    MARK(d, "sumsq");
     return note(d, d->ops->sumsq(d, out, x, n));
 }

@@ -89,6 +89,17 @@ int kdev_fill(kdev *d, float *x, size_t n, float value);
 typedef enum { KDEV_PREC_FP32 = 0, KDEV_PREC_BF16 = 1 } kdev_precision;
 int kdev_set_precision(kdev *d, kdev_precision p);
 
+/* Per-op profile.  kdev_profile_start: from now on every op marks the stream (a CUDA
+ * event; the host clock on the cpu backend), so the ops tile the stream's timeline: an
+ * op is charged from its own mark to the next op's (a GPU idling while the host prepares
+ * the next call charges the op before it).  Marks are read in batches, which waits for
+ * the stream now and then: profiled runs are a little slower, unprofiled ones pay
+ * nothing.  kdev_profile_report: flushes and writes a table (op, calls, ms, share of the
+ * total, most expensive first) into buf (NUL-terminated, truncated to len); returns the
+ * total ms or a negative code.  The profile is freed with the device. */
+int kdev_profile_start(kdev *d);
+double kdev_profile_report(kdev *d, char *buf, size_t len);
+
 /* Waits for every call enqueued so far. */
 int kdev_sync(kdev *d);
 /* Peak bytes of device memory this device has held through kdev_alloc since creation

@@ -27,7 +27,7 @@ extern "C" {
 #define KDEV_CUDA_ENTRY_NAME "hearth_kdev_cuda_ops"
 /* Bumped whenever kdev_ops or struct kdev changes: a library of another version is
  * refused rather than called through a table of another layout. */
-#define KDEV_ABI 3
+#define KDEV_ABI 4
 
 struct kdev {
     const kdev_ops *ops;
@@ -35,6 +35,7 @@ struct kdev {
     void *impl;                 /* the backend's state */
     void *dl;                   /* dlopen handle of the backend's library, or NULL */
     int status;                 /* the first failure since creation or kdev_status_clear */
+    struct kdev_prof *prof;     /* kdev_profile_start (kdev.c); NULL = off */
     char errmsg[KDEV_ERRMSG];   /* its message */
 };
 
@@ -57,6 +58,11 @@ struct kdev_ops {
     int (*sync)(kdev *d);
     int (*set_precision)(kdev *d, kdev_precision p);
     void (*mem_stats)(const kdev *d, size_t *peak, size_t *current);
+    /* Profile marks (kdev_profile_start): mark i at the stream's current position (i <
+     * KDEV_PROF_MARKS); read: waits for mark n - 1, ms[i] = time from mark i to mark
+     * i + 1 for i < n - 1, then makes mark n - 1 the new mark 0. */
+    int (*prof_mark)(kdev *d, int i);
+    int (*prof_read)(kdev *d, double *ms, int n);
 
     int (*gather_rows)(kdev *d, float *dst, const float *src, const int *idx, int n, int C);
     int (*scatter_rows)(kdev *d, float *dst, const float *src, const int *idx, int n, int C);
@@ -163,6 +169,8 @@ static inline int kdev_fail(kdev *d, int code, const char *fmt, ...)
     }
     return code;
 }
+
+#define KDEV_PROF_MARKS 4096
 
 /* The cpu backend's table (kdev_cpu.c). */
 const kdev_ops *kdev_cpu_ops(void);

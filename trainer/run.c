@@ -206,9 +206,28 @@ static int checkpoint(runlog *log, const char *dir, const run_config *cfg, train
     return 0;
 }
 
+/* The per-op table of HEARTH_PROFILE into the log, line by line. */
+static void profile_report(runlog *log, trainer *tr)
+{
+    hearth_err err = { { 0 } };
+    char *buf = malloc(16384);
+    if (!buf || trainer_profile_report(tr, buf, 16384, &err)) {
+        runlog_printf(log, "hearth-train: profile: %s", buf ? err.msg : "out of memory");
+        free(buf);
+        return;
+    }
+    runlog_printf(log, "profile of the measured steps (HEARTH_PROFILE; device ops, each "
+                  "charged up to the next op's start):");
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
+        runlog_printf(log, "  %s", line);
+    free(buf);
+}
+
 static int train_loop(runlog *log, const char *dir, const run_config *cfg, trainer *tr,
                       const char *hash, const char *resume_from)
 {
+    const char *prof_env = getenv("HEARTH_PROFILE");
+    int profile = prof_env && *prof_env && strcmp(prof_env, "0") != 0;
     hearth_err err = { { 0 } };
     metrics_file mf = { 0 };
     run_summary sum;
@@ -243,6 +262,13 @@ static int train_loop(runlog *log, const char *dir, const run_config *cfg, train
         }
         if (s > cfg->train.steps)
             break;
+        /* HEARTH_PROFILE: the device's per-op profile of the measured steps. */
+        if (profile && s == (start + 1 > cfg->train.measure_from ? start + 1
+                                                                  : cfg->train.measure_from) &&
+            trainer_profile_start(tr, &err)) {
+            runlog_printf(log, "hearth-train: %s", err.msg);
+            profile = 0;
+        }
         train_step_stats st;
         int rc = trainer_step(tr, &st, &err);
         if (rc < 0) {
@@ -274,6 +300,8 @@ static int train_loop(runlog *log, const char *dir, const run_config *cfg, train
         }
     }
     metrics_close(&mf);
+    if (profile)
+        profile_report(log, tr);
     if (finish(log, dir, cfg, tr, hash, &sum, status) && exit_code == RUN_EXIT_DONE)
         exit_code = RUN_EXIT_FAILED;
     summary_free(&sum);

@@ -276,6 +276,22 @@ int trainer_device_peak(const trainer *t, long long *bytes)
     return 1;
 }
 
+int trainer_profile_start(trainer *t, hearth_err *err)
+{
+    if (t->par || !t->m)
+        return herr_set(err, HERR_CONFIG, "HEARTH_PROFILE: the per-op profile covers "
+                        "single-rank runs");
+    return kdev_profile_start(model_device(t->m)) ? device_check(model_device(t->m), err) : 0;
+}
+
+int trainer_profile_report(trainer *t, char *buf, size_t len, hearth_err *err)
+{
+    if (t->par || !t->m)
+        return herr_set(err, HERR_CONFIG, "HEARTH_PROFILE: no profile");
+    kdev *dev = model_device(t->m);
+    return kdev_profile_report(dev, buf, len) < 0 ? device_check(dev, err) : 0;
+}
+
 const char *trainer_device_name(const trainer *t)
 {
     return t->par || !t->m ? "cpu" : kdev_hw_name(model_device(t->m));

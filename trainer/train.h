@@ -85,6 +85,10 @@ int trainer_ranks(const trainer *t);
  * the run allocated there (parameters, gradients, moments, activations); else 0 (the
  * process's peak RSS is the measure then). */
 int trainer_device_peak(const trainer *t, long long *bytes);
+/* The per-op profile of the device (kdev_profile_start / kdev_profile_report), single
+ * rank: start, then the table into buf (owned by the caller). */
+int trainer_profile_start(trainer *t, hearth_err *err);
+int trainer_profile_report(trainer *t, char *buf, size_t len, hearth_err *err);
 /* The hardware the trainer runs on, for the log ("cpu", or the GPU's name). */
 const char *trainer_device_name(const trainer *t);
 

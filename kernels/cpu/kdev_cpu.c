@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kdev_backend.h"
 
@@ -15,6 +16,7 @@
 
 typedef struct {
     size_t current, peak;
+    double *marks;          /* profile: host clock of each mark, ms (made on first use) */
 } cpu_state;
 
 static int cpu_init(kdev *d)
@@ -25,6 +27,9 @@ static int cpu_init(kdev *d)
 
 static void cpu_fini(kdev *d)
 {
+    cpu_state *s = d->impl;
+    if (s)
+        free(s->marks);
     free(d->impl);
     d->impl = NULL;
 }
@@ -109,6 +114,27 @@ static int cpu_set_precision(kdev *d, kdev_precision p)
 {
     if (p != KDEV_PREC_FP32)
         return kdev_fail(d, HERR_CONFIG, "the cpu device computes in fp32 only");
+    return 0;
+}
+
+/* The cpu runs each op when it is called: the host clock is the op's time. */
+static int cpu_prof_mark(kdev *d, int i)
+{
+    cpu_state *s = d->impl;
+    if (!s->marks && !(s->marks = malloc(KDEV_PROF_MARKS * sizeof *s->marks)))
+        return kdev_fail(d, HERR_NOMEM, "profile: out of memory");
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    s->marks[i] = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+    return 0;
+}
+
+static int cpu_prof_read(kdev *d, double *ms, int n)
+{
+    cpu_state *s = d->impl;
+    for (int i = 0; i + 1 < n; i++)
+        ms[i] = s->marks[i + 1] - s->marks[i];
+    s->marks[0] = s->marks[n - 1];
     return 0;
 }
 
@@ -500,6 +526,8 @@ static const kdev_ops cpu_ops = {
     .sync = cpu_sync,
     .set_precision = cpu_set_precision,
     .mem_stats = cpu_mem_stats,
+    .prof_mark = cpu_prof_mark,
+    .prof_read = cpu_prof_read,
     .gather_rows = cpu_gather_rows,
     .scatter_rows = cpu_scatter_rows,
     .add_bias = cpu_add_bias,

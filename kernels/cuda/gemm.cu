@@ -212,8 +212,39 @@ static int lt_matmul(kcuda_ctx *ctx, const struct gemm_args *g)
     return rc;
 }
 
-/* dbias[n] += sum over rows of dout[:, n]: one thread per column, rows in order (fixed
- * order, so deterministic), coalesced across the warp. */
+/* dbias[n] += sum over rows of dout[:, n], deterministic without atomics: fixed chunks of
+ * rows write fp32 partial column sums into the context workspace (pass 1, chunks x columns
+ * threads, coalesced across each warp), then one thread per column adds the chunks in
+ * order (pass 2).  One thread per column over all rows (what a workspace too small for
+ * the partials falls back to) leaves most of the GPU idle when M is large. */
+#define BGRAD_CHUNK_ROWS 256
+#define BGRAD_MAX_CHUNKS 128
+
+template <typename T>
+__global__ void bias_grad_partial_kernel(float *part, const T *dout, int M, int N, int rows)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y;
+    if (c >= N)
+        return;
+    int r0 = k * rows, r1 = r0 + rows < M ? r0 + rows : M;
+    float s = 0.0f;
+    for (int r = r0; r < r1; r++)
+        s += kcuda_ld(dout + (size_t)r * N + c);
+    part[(size_t)k * N + c] = s;
+}
+
+template <typename T>
+__global__ void bias_grad_sum_kernel(T *dbias, const float *part, int chunks, int N)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= N)
+        return;
+    float s = 0.0f;
+    for (int k = 0; k < chunks; k++)
+        s += part[(size_t)k * N + c];
+    kcuda_st(dbias + c, kcuda_ld(dbias + c) + s);
+}
+
 template <typename T>
 __global__ void bias_grad_kernel(T *dbias, const T *dout, int M, int N)
 {
@@ -224,6 +255,30 @@ __global__ void bias_grad_kernel(T *dbias, const T *dout, int M, int N)
     for (int r = 0; r < M; r++)
         s += kcuda_ld(dout + (size_t)r * N + c);
     kcuda_st(dbias + c, kcuda_ld(dbias + c) + s);
+}
+
+template <typename T>
+static int bias_grad(kcuda_ctx *ctx, T *dbias, const T *dout, int M, int N)
+{
+    int chunks = (M + BGRAD_CHUNK_ROWS - 1) / BGRAD_CHUNK_ROWS;
+    if (chunks > BGRAD_MAX_CHUNKS)
+        chunks = BGRAD_MAX_CHUNKS;
+    size_t need = sizeof(float) * (size_t)chunks * (size_t)N;
+    unsigned cols = (unsigned)((N + 255) / 256);
+    if (chunks <= 1 || need > ctx->workspace_bytes) {
+        bias_grad_kernel<T><<<cols, 256, 0, ctx->stream>>>(dbias, dout, M, N);
+        return kcuda_check_launch(ctx, "bias_grad_kernel");
+    }
+    int rows = (M + chunks - 1) / chunks;
+    chunks = (M + rows - 1) / rows;
+    float *part = (float *)ctx->workspace;
+    bias_grad_partial_kernel<T><<<dim3(cols, (unsigned)chunks), 256, 0, ctx->stream>>>(
+        part, dout, M, N, rows);
+    int rc = kcuda_check_launch(ctx, "bias_grad_partial_kernel");
+    if (rc < 0)
+        return rc;
+    bias_grad_sum_kernel<T><<<cols, 256, 0, ctx->stream>>>(dbias, part, chunks, N);
+    return kcuda_check_launch(ctx, "bias_grad_sum_kernel");
 }
 
 static int check_shape(kcuda_ctx *ctx, const char *fn, int M, int K, int N)
@@ -258,10 +313,8 @@ static int backward(kcuda_ctx *ctx, int dtype, T *dinp, T *dweight, T *dbias, co
         if ((rc = lt_matmul(ctx, &g)) < 0)
             return rc;
     }
-    if (dbias) {
-        bias_grad_kernel<T><<<(N + 255) / 256, 256, 0, ctx->stream>>>(dbias, dout, M, N);
-        return kcuda_check_launch(ctx, "bias_grad_kernel");
-    }
+    if (dbias)
+        return bias_grad<T>(ctx, dbias, dout, M, N);
     return KCUDA_OK;
 }
 
@@ -303,6 +356,46 @@ extern "C" int kcuda_matmul_backward_f32(kcuda_ctx *ctx, float *dinp, float *dwe
     if (rc < 0)
         return rc;
     return backward<float>(ctx, DT_F32, dinp, dweight, dbias, dout, inp, weight, M, K, N);
+}
+
+/* ---- bf16 operands, fp32 outputs ------------------------------------------------- */
+
+extern "C" int kcuda_matmul_forward_bf16_f32out(kcuda_ctx *ctx, float *out,
+                                                const kcuda_bf16 *inp, const kcuda_bf16 *weight,
+                                                const float *bias, int M, int K, int N)
+{
+    int rc = check_shape(ctx, "kcuda_matmul_forward_bf16_f32out", M, K, N);
+    return rc < 0 ? rc : forward(ctx, DT_BF16_F32OUT, out, inp, weight, bias, M, K, N);
+}
+
+extern "C" int kcuda_matmul_dinp_bf16_f32out(kcuda_ctx *ctx, float *dinp,
+                                             const kcuda_bf16 *dout, int ldd,
+                                             const kcuda_bf16 *weight, int M, int K, int N)
+{
+    int rc = check_shape(ctx, "kcuda_matmul_dinp_bf16_f32out", M, K, N);
+    if (rc < 0)
+        return rc;
+    if (ldd < N)
+        return kcuda_fail(ctx, KCUDA_EARG, "kcuda_matmul_dinp_bf16_f32out: ldd %d < N %d", ldd,
+                          N);
+    struct gemm_args g = {DT_BF16_F32OUT, CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, weight, K, dout,
+                          ldd, dinp, K, 1.0f, NULL, 0};
+    return lt_matmul(ctx, &g);
+}
+
+extern "C" int kcuda_matmul_dweight_bf16_f32out(kcuda_ctx *ctx, float *dweight,
+                                                const kcuda_bf16 *dout, int ldd,
+                                                const kcuda_bf16 *inp, int M, int K, int N)
+{
+    int rc = check_shape(ctx, "kcuda_matmul_dweight_bf16_f32out", M, K, N);
+    if (rc < 0)
+        return rc;
+    if (ldd < N)
+        return kcuda_fail(ctx, KCUDA_EARG, "kcuda_matmul_dweight_bf16_f32out: ldd %d < N %d",
+                          ldd, N);
+    struct gemm_args g = {DT_BF16_F32OUT, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, inp, K, dout,
+                          ldd, dweight, K, 1.0f, NULL, 0};
+    return lt_matmul(ctx, &g);
 }
 
 /* ---- matmul backward with fp32 weight gradients ---------------------------------- */

@@ -84,6 +84,20 @@ int kcuda_matmul_backward_f32(kcuda_ctx *ctx, float *dinp, float *dweight, float
                               const float *dout, const float *inp, const float *weight,
                               int M, int K, int N);
 
+/* bf16 operands, fp32 outputs (fp32 accumulation): out[M,N] = inp . weight^T (+ bias[N],
+ * fp32), written; dinp[M,K] += dout . weight; dweight[N,K] += dout^T . inp.  dout's rows
+ * are ldd >= N elements apart (a pitch padded to 8 elements keeps the bf16 rows 16-byte
+ * aligned whatever N is, e.g. a vocabulary of 50257).  The f32 backward's bias gradient sums the rows in
+ * two passes (fixed row chunks into workspace partials, then the chunks in order:
+ * deterministic; 4 * N * chunks bytes of workspace, chunks <= 128). */
+int kcuda_matmul_forward_bf16_f32out(kcuda_ctx *ctx, float *out, const kcuda_bf16 *inp,
+                                     const kcuda_bf16 *weight, const float *bias, int M, int K,
+                                     int N);
+int kcuda_matmul_dinp_bf16_f32out(kcuda_ctx *ctx, float *dinp, const kcuda_bf16 *dout,
+                                  int ldd, const kcuda_bf16 *weight, int M, int K, int N);
+int kcuda_matmul_dweight_bf16_f32out(kcuda_ctx *ctx, float *dweight, const kcuda_bf16 *dout,
+                                     int ldd, const kcuda_bf16 *inp, int M, int K, int N);
+
 /* ---- RMSNorm -------------------------------------------------------------------
  * out = inp * rstd * weight, rstd[N] = 1/sqrt(mean(inp^2) + eps) (fp32, saved).
  * Backward: dinp += ...; dweight[C] += sum over rows of dout * inp * rstd.  dweight is

@@ -69,6 +69,11 @@ static void cuda_fini(kdev *d)
         cudaStreamSynchronize(s->stream);
     cuda_release_all(d); /* blocks the caller did not release: not leaked past the device */
     free(s->map);
+    if (s->marks)
+        for (int k = 0; k < KDEV_PROF_MARKS; k++)
+            if (s->marks[k])
+                cudaEventDestroy(s->marks[k]);
+    free(s->marks);
     cudaFree(s->scratch);
     kcuda_ctx_free(s->k);
     if (s->stream)
@@ -123,6 +128,38 @@ static const char *cuda_hw_name(const kdev *d)
     return cuda_st(d)->hw;
 }
 
+static int cuda_prof_mark(kdev *d, int i)
+{
+    cuda_state *s = cuda_st(d);
+    if (!s->marks) {
+        s->marks = (cudaEvent_t *)calloc(KDEV_PROF_MARKS, sizeof *s->marks);
+        if (!s->marks)
+            return kdev_fail(d, HERR_NOMEM, "profile: out of memory");
+        for (int k = 0; k < KDEV_PROF_MARKS; k++) {
+            int rc = cuda_err(d, cudaEventCreate(&s->marks[k]), "profile: cudaEventCreate");
+            if (rc)
+                return rc;
+        }
+    }
+    return cuda_err(d, cudaEventRecord(s->marks[i], s->stream), "profile: cudaEventRecord");
+}
+
+static int cuda_prof_read(kdev *d, double *ms, int n)
+{
+    cuda_state *s = cuda_st(d);
+    int rc = cuda_err(d, cudaEventSynchronize(s->marks[n - 1]), "profile: synchronize");
+    for (int i = 0; !rc && i + 1 < n; i++) {
+        float t = 0;
+        rc = cuda_err(d, cudaEventElapsedTime(&t, s->marks[i], s->marks[i + 1]),
+                      "profile: cudaEventElapsedTime");
+        ms[i] = t;
+    }
+    cudaEvent_t last = s->marks[n - 1];   /* becomes mark 0 */
+    s->marks[n - 1] = s->marks[0];
+    s->marks[0] = last;
+    return rc;
+}
+
 static int cuda_set_precision(kdev *d, kdev_precision p)
 {
     if (p != KDEV_PREC_FP32 && p != KDEV_PREC_BF16)
@@ -150,6 +187,8 @@ static const kdev_ops cuda_ops = {
     .sync = cuda_sync,
     .set_precision = cuda_set_precision,
     .mem_stats = cuda_mem_stats,
+    .prof_mark = cuda_prof_mark,
+    .prof_read = cuda_prof_read,
     .gather_rows = cuda_gather_rows,
     .scatter_rows = cuda_scatter_rows,
     .add_bias = cuda_add_bias,

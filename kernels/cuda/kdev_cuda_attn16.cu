@@ -12,68 +12,9 @@
  * here synchronises.  The conversions round to nearest even, as __float2bfloat16_rn. */
 #include "cuda/kdev_cuda_internal.h"
 
-#include <cuda_bf16.h>
-
-#define CVT_THREADS 256
-
-__global__ void cuda_to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = __float2bfloat16_rn(src[i]);
-}
-
-/* dst = (accumulate ? dst : 0) + fp32(src) */
-__global__ void cuda_from_bf16_kernel(float *dst, const __nv_bfloat16 *src, size_t n,
-                                      int accumulate)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float v = __bfloat162float(src[i]);
-        dst[i] = accumulate ? dst[i] + v : v;
-    }
-}
-
-static int to_bf16(kdev *d, kcuda_bf16 *dst, const float *src, size_t n, const char *op)
-{
-    if (n == 0)
-        return 0;
-    cuda_to_bf16_kernel<<<cuda_blocks(n, CVT_THREADS), CVT_THREADS, 0, cuda_stream(d)>>>(
-        (__nv_bfloat16 *)dst, src, n);
-    return cuda_launched(d, op);
-}
-
-static int from_bf16(kdev *d, float *dst, const kcuda_bf16 *src, size_t n, int accumulate,
-                     const char *op)
-{
-    if (n == 0 || !dst)
-        return 0;
-    cuda_from_bf16_kernel<<<cuda_blocks(n, CVT_THREADS), CVT_THREADS, 0, cuda_stream(d)>>>(
-        dst, (const __nv_bfloat16 *)src, n, accumulate);
-    return cuda_launched(d, op);
-}
-
 int cuda_attention16_fits(int D)
 {
     return D == 64 || D == 80 || D == 128;   /* the head dims of kcuda's flash kernels */
-}
-
-/* n bf16 buffers of the given element counts, carved from the scratch. */
-static int carve(kdev *d, kcuda_bf16 **p, const size_t *count, int n, const char *op)
-{
-    size_t total = 0;
-    for (int i = 0; i < n; i++)
-        total += cuda_align256(count[i] * sizeof(kcuda_bf16));
-    void *base;
-    int rc = cuda_scratch(d, total ? total : 256, &base, op);
-    if (rc)
-        return rc;
-    char *c = (char *)base;
-    for (int i = 0; i < n; i++) {
-        p[i] = (kcuda_bf16 *)c;
-        c += cuda_align256(count[i] * sizeof(kcuda_bf16));
-    }
-    return 0;
 }
 
 int cuda_attention16_forward(kdev *d, float *out, float *lse, const float *q, const float *k,
@@ -86,19 +27,19 @@ int cuda_attention16_forward(kdev *d, float *out, float *lse, const float *q, co
     size_t nq = (size_t)N * Hq * D, nk = (size_t)N * Hkv * D;
     size_t count[4] = { nq, nk, nk, nq };
     kcuda_bf16 *b[4];   /* q, k, v, out */
-    int rc = carve(d, b, count, 4, op);
+    int rc = cuda_carve_bf16(d, b, count, 4, op);
     if (!rc)
-        rc = to_bf16(d, b[0], q, nq, op);
+        rc = cuda_to_bf16(d, b[0], q, nq, op);
     if (!rc)
-        rc = to_bf16(d, b[1], k, nk, op);
+        rc = cuda_to_bf16(d, b[1], k, nk, op);
     if (!rc)
-        rc = to_bf16(d, b[2], v, nk, op);
+        rc = cuda_to_bf16(d, b[2], v, nk, op);
     if (!rc)
         rc = cuda_kc(d, kcuda_attention_forward_bf16(cuda_st(d)->k, b[3], lse, b[0], b[1], b[2],
                                                      cu_seqlens, nseq, max_seqlen, Hq, Hkv, D,
                                                      causal),
                      op);
-    return rc ? rc : from_bf16(d, out, b[3], nq, 0, op);
+    return rc ? rc : cuda_from_bf16(d, out, b[3], nq, 0, op);
 }
 
 int cuda_attention16_backward(kdev *d, float *dq, float *dk, float *dv, const float *dout,
@@ -113,10 +54,10 @@ int cuda_attention16_backward(kdev *d, float *dq, float *dk, float *dv, const fl
     size_t nq = (size_t)N * Hq * D, nk = (size_t)N * Hkv * D;
     size_t count[8] = { nq, nk, nk, nq, nq, dq ? nq : 0, dk ? nk : 0, dv ? nk : 0 };
     kcuda_bf16 *b[8];   /* q, k, v, out, dout, dq, dk, dv */
-    int rc = carve(d, b, count, 8, op);
+    int rc = cuda_carve_bf16(d, b, count, 8, op);
     const float *src[5] = { q, k, v, out, dout };
     for (int i = 0; !rc && i < 5; i++)
-        rc = to_bf16(d, b[i], src[i], count[i], op);
+        rc = cuda_to_bf16(d, b[i], src[i], count[i], op);
     for (int i = 5; !rc && i < 8; i++)
         if (count[i])
             rc = cuda_err(d, cudaMemsetAsync(b[i], 0, count[i] * sizeof(kcuda_bf16),
@@ -129,10 +70,10 @@ int cuda_attention16_backward(kdev *d, float *dq, float *dk, float *dv, const fl
                                                       nseq, max_seqlen, Hq, Hkv, D, causal),
                      op);
     if (!rc)
-        rc = from_bf16(d, dq, b[5], count[5], 1, op);
+        rc = cuda_from_bf16(d, dq, b[5], count[5], 1, op);
     if (!rc)
-        rc = from_bf16(d, dk, b[6], count[6], 1, op);
+        rc = cuda_from_bf16(d, dk, b[6], count[6], 1, op);
     if (!rc)
-        rc = from_bf16(d, dv, b[7], count[7], 1, op);
+        rc = cuda_from_bf16(d, dv, b[7], count[7], 1, op);
     return rc;
 }

@@ -40,6 +40,7 @@ typedef struct {
     size_t current, peak;  /* bytes of kdev_alloc, as the cpu backend counts them */
     void *scratch;         /* device scratch for reductions and index work, grown on need */
     kdev_precision prec;   /* kdev_set_precision */
+    cudaEvent_t *marks;    /* profile: KDEV_PROF_MARKS events, made on first use */
     size_t scratch_bytes;
     char hw[256];          /* cudaDeviceProp.name */
 } cuda_state;
@@ -169,6 +170,29 @@ CUDA_PRIVATE int cuda_attention_backward(kdev *d, float *dq, float *dk, float *d
                                          const float *v, const float *out, const float *lse,
                                          const int *cu_seqlens, int nseq, int max_seqlen,
                                          int N, int Hq, int Hkv, int D, int causal);
+
+/* kdev_cuda_bf16.cu: dst (bf16) = src rounded; dst = (accumulate ? dst : 0) + src (fp32
+ * from bf16; nothing when dst is NULL); n bf16 buffers of count[i] elements carved from
+ * the device scratch at 256-byte boundaries (valid until the next op that uses it). */
+CUDA_PRIVATE int cuda_to_bf16(kdev *d, kcuda_bf16 *dst, const float *src, size_t n,
+                              const char *op);
+CUDA_PRIVATE int cuda_from_bf16(kdev *d, float *dst, const kcuda_bf16 *src, size_t n,
+                                int accumulate, const char *op);
+/* src [rows, cols] into dst with rows `pitch` >= cols elements apart, pad zeroed. */
+CUDA_PRIVATE int cuda_to_bf16_pitched(kdev *d, kcuda_bf16 *dst, int pitch, const float *src,
+                                      size_t rows, int cols, const char *op);
+CUDA_PRIVATE int cuda_carve_bf16(kdev *d, kcuda_bf16 **p, const size_t *count, int n,
+                                 const char *op);
+
+/* kdev_cuda_gemm16.cu: kdev's matmul at the precision BF16: operands converted to bf16,
+ * fp32 outputs and gradients straight from cuBLASLt (bf16 A/B, fp32 C).  HERR_NOALGO
+ * when cuBLASLt has no algorithm for a shape (the caller then runs it in fp32 math). */
+CUDA_PRIVATE int cuda_matmul16_forward(kdev *d, float *out, const float *inp,
+                                       const float *weight, const float *bias, int M, int K,
+                                       int N);
+CUDA_PRIVATE int cuda_matmul16_backward(kdev *d, float *dinp, float *dweight, float *dbias,
+                                        const float *dout, const float *inp,
+                                        const float *weight, int M, int K, int N);
 
 /* kdev_cuda_attn16.cu: the attention above on the bf16 flash kernels of kcuda (the
  * precision BF16; head dims kcuda_attention16_fits): q, k, v (and out, dout) converted to

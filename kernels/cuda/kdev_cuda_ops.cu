@@ -153,6 +153,11 @@ int cuda_matmul_forward(kdev *d, float *out, const float *inp, const float *weig
         int rc = cuda_zero(d, out, (size_t)M * N * sizeof(float));
         return rc || !bias ? rc : cuda_add_bias(d, out, bias, M, N);
     }
+    if (cuda_st(d)->prec == KDEV_PREC_BF16) {
+        int rc = cuda_matmul16_forward(d, out, inp, weight, bias, M, K, N);
+        if (rc != HERR_NOALGO)   /* a shape without a bf16 algorithm: fp32 operands below */
+            return rc;
+    }
     return cuda_kc(d, kcuda_matmul_forward_f32(cuda_st(d)->k, out, inp, weight, bias, M, K, N),
                    "matmul_forward");
 }
@@ -171,6 +176,12 @@ int cuda_matmul_backward(kdev *d, float *dinp, float *dweight, float *dbias, con
     }
     if (!dinp && !dweight && !dbias)
         return 0;
+    if (cuda_st(d)->prec == KDEV_PREC_BF16) {
+        /* HERR_NOALGO comes before anything is added: safe to redo in fp32 operands */
+        int rc = cuda_matmul16_backward(d, dinp, dweight, dbias, dout, inp, weight, M, K, N);
+        if (rc != HERR_NOALGO)
+            return rc;
+    }
     return cuda_kc(d, kcuda_matmul_backward_f32(cuda_st(d)->k, dinp, dweight, dbias, dout, inp,
                                                 weight, M, K, N),
                    "matmul_backward");

@@ -713,6 +713,8 @@ static int test_bf16(struct tctx *t)
     t->tol = TOL_BF16;
     f += mm_case(t, "bf16.96x200x136", 96, 200, 136);
     f += mm_case(t, "bf16.M1", 1, 40, 24);
+    f += mm_case(t, "bf16.37x67x53", 37, 67, 53);   /* K % 8: the fp32-operand path */
+    f += mm_case(t, "bf16.40x64x53", 40, 64, 53);   /* odd N: dout rows padded to 56 */
     f += att_case(t, "bf16.c64", lens, 4, 4, 2, 64, 1, 1);
     f += att_case(t, "bf16.n80", lens, 4, 4, 2, 80, 0, 1);
     f += att_case(t, "bf16.c128", lens2, 3, 2, 2, 128, 1, 0);

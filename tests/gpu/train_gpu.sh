@@ -35,8 +35,7 @@ fi
 VLM=(--config contrib/examples/tiny-vlm-cpu.yaml --set train.steps=10)
 MOE=(--config contrib/examples/tiny-vlm-moe-cpu.yaml --set train.steps=10)
 GPT=(--set model=gpt2-124m --set model.decoder.layers=2 --set train.seq_len=128
-     --set train.micro_batch=2 --set train.global_batch=4 --set train.steps=10
-     --set train.lr=1e-3)
+     --set train.micro_batch=2 --set train.global_batch=4 --set train.steps=10)
 
 run() { # DIR ARGS...: one run, stderr kept beside it; the exit status is returned
     local dir=$1; shift

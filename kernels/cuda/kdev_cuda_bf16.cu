@@ -1,0 +1,90 @@
+/* kdev_cuda_bf16.cu - fp32 <-> bf16 conversions and bf16 scratch buffers for the ops
+ * that run on bf16 kernels at the precision BF16 (kdev_cuda_attn16.cu, kdev_cuda_gemm16.cu).
+ * Conversions round to nearest even (__float2bfloat16_rn) and are elementwise: the same
+ * bits on every run. */
+#include "cuda/kdev_cuda_internal.h"
+
+#include <cuda_bf16.h>
+
+#define CVT_THREADS 256
+
+__global__ void cuda_to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+/* dst = (accumulate ? dst : 0) + fp32(src) */
+__global__ void cuda_from_bf16_kernel(float *dst, const __nv_bfloat16 *src, size_t n,
+                                      int accumulate)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float v = __bfloat162float(src[i]);
+        dst[i] = accumulate ? dst[i] + v : v;
+    }
+}
+
+/* dst[r * pitch + c] = src[r * cols + c]; the pad columns [cols, pitch) get zeros. */
+__global__ void cuda_to_bf16_pitched_kernel(__nv_bfloat16 *dst, const float *src, size_t rows,
+                                            int cols, int pitch)
+{
+    size_t n = rows * (size_t)pitch;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i / (size_t)pitch;
+        int c = (int)(i - r * (size_t)pitch);
+        dst[i] = __float2bfloat16_rn(c < cols ? src[r * (size_t)cols + c] : 0.0f);
+    }
+}
+
+int cuda_to_bf16_pitched(kdev *d, kcuda_bf16 *dst, int pitch, const float *src, size_t rows,
+                         int cols, const char *op)
+{
+    if (rows == 0 || cols <= 0)
+        return 0;
+    size_t n = rows * (size_t)pitch;
+    cuda_to_bf16_pitched_kernel<<<cuda_blocks(n, CVT_THREADS), CVT_THREADS, 0,
+                                  cuda_stream(d)>>>((__nv_bfloat16 *)dst, src, rows, cols,
+                                                    pitch);
+    return cuda_launched(d, op);
+}
+
+int cuda_to_bf16(kdev *d, kcuda_bf16 *dst, const float *src, size_t n, const char *op)
+{
+    if (n == 0)
+        return 0;
+    cuda_to_bf16_kernel<<<cuda_blocks(n, CVT_THREADS), CVT_THREADS, 0, cuda_stream(d)>>>(
+        (__nv_bfloat16 *)dst, src, n);
+    return cuda_launched(d, op);
+}
+
+int cuda_from_bf16(kdev *d, float *dst, const kcuda_bf16 *src, size_t n, int accumulate,
+                     const char *op)
+{
+    if (n == 0 || !dst)
+        return 0;
+    cuda_from_bf16_kernel<<<cuda_blocks(n, CVT_THREADS), CVT_THREADS, 0, cuda_stream(d)>>>(
+        dst, (const __nv_bfloat16 *)src, n, accumulate);
+    return cuda_launched(d, op);
+}
+
+/* n bf16 buffers of the given element counts, carved from the scratch. */
+int cuda_carve_bf16(kdev *d, kcuda_bf16 **p, const size_t *count, int n, const char *op)
+{
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += cuda_align256(count[i] * sizeof(kcuda_bf16));
+    void *base;
+    int rc = cuda_scratch(d, total ? total : 256, &base, op);
+    if (rc)
+        return rc;
+    char *c = (char *)base;
+    for (int i = 0; i < n; i++) {
+        p[i] = (kcuda_bf16 *)c;
+        c += cuda_align256(count[i] * sizeof(kcuda_bf16));
+    }
+    return 0;
+}
+

@@ -187,23 +187,11 @@ $(GPU_BENCH_BINS): $(BUILD)/bench/%: $(BUILD)/obj/contrib/bench/%.o $(LIB_CUDA) 
 	@mkdir -p $(dir $@)
 	$(NVCC) $^ -o $@ $(CUDA_LDLIBS)
 
-# The GPU training step (trainer/gpu/*.cu -> libhearth_gpu_step.a, on kernels/cuda), built
-# only with nvcc and linked only by its own test and benchmark, never by hearth-train.
-# Those two name the libraries again, in link order, after the generic rule's inputs.
-GPU_STEP_SRC := $(wildcard trainer/gpu/*.cu)
-LIB_GPU_STEP := $(BUILD)/lib/libhearth_gpu_step.a
-$(LIB_GPU_STEP): $(patsubst %.cu,$(BUILD)/obj/%.o,$(GPU_STEP_SRC)) ; $(archive)
-$(BUILD)/obj/trainer/gpu/%.o $(BUILD)/obj/tests/gpu/test_step_gpu.o $(BUILD)/obj/contrib/bench/bench_step_gpu.o: NVCCFLAGS += -Itrainer
-# Its test compares with the CPU model, linked without the shape module's files that need
-# libyaml or jansson headers (the GPU machine has neither; the model does not call them).
+# The shape module without the files that need libyaml or jansson headers (the GPU
+# machine has neither): what GPU test programs that need the shape rules link.
 SHAPE_CORE_SRC := $(filter-out $(shell grep -lE '<(yaml|jansson)\.h>|canon_json\.h' $(SHAPE_SRC) 2>/dev/null),$(SHAPE_SRC))
 LIB_SHAPE_CORE := $(BUILD)/lib/libhearth_shape_core.a
 $(LIB_SHAPE_CORE): $(call obj,$(SHAPE_CORE_SRC)) ; $(archive)
-$(BUILD)/tests/gpu/test_step_gpu: $(LIB_GPU_STEP) $(LIB_MODEL) $(LIB_COMM) $(LIB_SHAPE_CORE)
-$(BUILD)/tests/gpu/test_step_gpu: CUDA_LDLIBS = $(LIB_GPU_STEP) $(LIB_CUDA) $(LIB_MODEL) $(LIB_COMM) \
-	$(LIB_SHAPE_CORE) $(LIB_KERNELS) -lcublasLt -lgomp -lm -lpthread
-$(BUILD)/bench/bench_step_gpu: $(LIB_GPU_STEP)
-$(BUILD)/bench/bench_step_gpu: CUDA_LDLIBS = $(LIB_GPU_STEP) $(LIB_CUDA) $(LIB_KERNELS) -lcublasLt -lgomp -lm
 
 # The nccl communicator (trainer/comm/*.cu -> libhearth_comm_nccl.a), built only with nvcc
 # and linked only by its own test: never part of libhearth_comm.a or hearth-train, so that

@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
-"""PyTorch baseline of bench_step_gpu: one GPT-2 (124M shape) training step on one GPU.
+"""PyTorch baseline of contrib/bench/train_gpu.sh: one GPT-2 (124M shape) training step on
+one GPU.
 
-The same model and step as trainer/gpu/gpt_gpu.h: learned positions, pre-LayerNorm
+The same model as hearth-train's gpt2-124m preset: learned positions, pre-LayerNorm
 blocks with biases, GELU (tanh) MLP, LM head tied to the token embedding, mean
 cross-entropy over next-token targets (the last position of each sequence has none),
 global-norm clip 1.0, AdamW (fused; lr 6e-4, betas 0.9/0.95, eps 1e-8, weight decay 0.1 on
 matrices and embeddings) on fp32 parameters under bf16 autocast, attention through
 F.scaled_dot_product_attention (flash) and the whole model under torch.compile.
 
-Prints a short table and one machine-readable line, as bench_step_gpu does:
+Prints a short table and one machine-readable line, which train_gpu.sh reads:
     RESULT torch <tok/s> <ms/step> <MFU %> <peak GiB> <loss first> <loss last>
-MFU counts FLOPs as bench_step_gpu does (6 x linear weights per token + 12 x L x C x T for
+MFU counts FLOPs as the standalone GPU step did (6 x linear weights per token + 12 x L x C x T for
 attention) over --peak TFLOP/s (741: the measured bf16 GEMM peak of the H200).
 """
 import argparse

@@ -607,3 +607,17 @@ int kdev_sumsq(kdev *d, double *out, const float *x, size_t n)
     MARK(d, "sumsq");
     return note(d, d->ops->sumsq(d, out, x, n));
 }
+
+int kdev_sumsq_multi(kdev *d, double *out, const float *const *x, const size_t *n, int count)
+{
+    MARK(d, "sumsq_multi");
+    return note(d, d->ops->sumsq_multi(d, out, x, n, count));
+}
+
+int kdev_adamw_multi(kdev *d, const kdev_adamw_tensor *t, int count, float clip, float lr,
+                     float beta1, float beta2, float eps, float weight_decay, int step)
+{
+    MARK(d, "adamw_multi");
+    return note(d, d->ops->adamw_multi(d, t, count, clip, lr, beta1, beta2, eps, weight_decay,
+                                       step));
+}

@@ -222,6 +222,25 @@ int kdev_adamw_update(kdev *d, float *param, const float *grad, float *m, float 
                       int step);
 int kdev_sumsq(kdev *d, double *out, const float *x, size_t n);
 
+/* The same over many tensors in one call (a GPU runs each as one launch with one host
+ * round trip instead of one per tensor).  The arrays describe device tensors and are
+ * host memory, read during the call.
+ *   sumsq_multi: *out (HOST double) = sum over i in order of kdev_sumsq(x[i], n[i]) (the
+ *                cpu exactly so; a GPU in its own fixed order).
+ *   adamw_multi: for each tensor, g = grad * clip (clip != 1; the cpu scales the gradient
+ *                in place as kdev_scale, a GPU on the fly), then kdev_adamw_update with
+ *                weight_decay where decay is set, else 0. */
+typedef struct {
+    float *param;
+    float *grad;
+    float *m, *v;
+    size_t n;
+    int decay;
+} kdev_adamw_tensor;
+int kdev_sumsq_multi(kdev *d, double *out, const float *const *x, const size_t *n, int count);
+int kdev_adamw_multi(kdev *d, const kdev_adamw_tensor *t, int count, float clip, float lr,
+                     float beta1, float beta2, float eps, float weight_decay, int step);
+
 #ifdef __cplusplus
 }
 #endif

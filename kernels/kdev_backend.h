@@ -27,7 +27,7 @@ extern "C" {
 #define KDEV_CUDA_ENTRY_NAME "hearth_kdev_cuda_ops"
 /* Bumped whenever kdev_ops or struct kdev changes: a library of another version is
  * refused rather than called through a table of another layout. */
-#define KDEV_ABI 4
+#define KDEV_ABI 5
 
 struct kdev {
     const kdev_ops *ops;
@@ -153,6 +153,10 @@ struct kdev_ops {
                         size_t n, float lr, float beta1, float beta2, float eps,
                         float weight_decay, int step);
     int (*sumsq)(kdev *d, double *out, const float *x, size_t n);
+    int (*sumsq_multi)(kdev *d, double *out, const float *const *x, const size_t *n,
+                       int count);
+    int (*adamw_multi)(kdev *d, const kdev_adamw_tensor *t, int count, float clip, float lr,
+                       float beta1, float beta2, float eps, float weight_decay, int step);
 };
 
 /* Writes the message (printf format) into d, unless an earlier failure is still pending

@@ -34,6 +34,10 @@ struct trainer {
     kdev *dev;                       /* the device of device: cuda (owned); NULL = the
                                         model's own cpu device */
     float *adam_m, *adam_v;          /* [param count] on the model's device, zero at start */
+    kdev_adamw_tensor *opt;          /* the tensors that train, in table order: AdamW's */
+    const float **gx;                /* ... and the gradient norm's view of them */
+    size_t *gn;
+    int n_opt;
     float *host;                     /* device other than the cpu: [3][param count] host
                                         copies of parameters and moments for checkpoint
                                         and Hugging Face I/O, made on first use */
@@ -52,6 +56,8 @@ int train_nonfinite(double x)
 {
     return isnan(x) || isinf(x);
 }
+
+static int optimizer_tensors(trainer *t);
 
 int trainer_create(trainer **out, const run_config *cfg, hearth_err *err)
 {
@@ -116,7 +122,7 @@ int trainer_create(trainer **out, const run_config *cfg, hearth_err *err)
     kdev *dev = model_device(t->m);
     t->micro = calloc((size_t)t->n_micro, sizeof *t->micro);
     if (!t->micro || kdev_alloc(dev, (void **)&t->adam_m, n * sizeof(float)) ||
-        kdev_alloc(dev, (void **)&t->adam_v, n * sizeof(float))) {
+        kdev_alloc(dev, (void **)&t->adam_v, n * sizeof(float)) || optimizer_tensors(t)) {
         trainer_free(t);
         return herr_set(err, HERR_NOMEM, "optimizer state: out of memory (%zu parameters)", n);
     }
@@ -138,6 +144,9 @@ void trainer_free(trainer *t)
         kdev_release(model_device(t->m), t->adam_v);
     }
     free(t->host);
+    free(t->opt);
+    free(t->gx);
+    free(t->gn);
     model_free(t->m);
     kdev_free(t->dev);
     data_source_free(t->src);
@@ -161,39 +170,48 @@ static int device_check(kdev *dev, hearth_err *err)
     return rc ? herr_set(err, rc, "device %s: %s", kdev_name(dev), kdev_errmsg(dev)) : 0;
 }
 
+/* The tensors that train (not frozen), in table order, as the multi-tensor ops see them;
+ * their addresses never change.  Nonzero on allocation failure. */
+static int optimizer_tensors(trainer *t)
+{
+    model *m = t->m;
+    int n = model_tensor_count(m);
+    float *p = model_params(m), *g = model_grads(m);
+    t->opt = calloc(n > 0 ? (size_t)n : 1, sizeof *t->opt);
+    t->gx = calloc(n > 0 ? (size_t)n : 1, sizeof *t->gx);
+    t->gn = calloc(n > 0 ? (size_t)n : 1, sizeof *t->gn);
+    if (!t->opt || !t->gx || !t->gn)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        const model_tensor *tt = model_tensor_at(m, i);
+        if (tt->frozen)
+            continue;
+        t->opt[t->n_opt] = (kdev_adamw_tensor){ .param = p + tt->offset, .grad = g + tt->offset,
+                                                .m = t->adam_m + tt->offset,
+                                                .v = t->adam_v + tt->offset, .n = tt->numel,
+                                                .decay = tt->decay };
+        t->gx[t->n_opt] = g + tt->offset;
+        t->gn[t->n_opt++] = tt->numel;
+    }
+    return 0;
+}
+
 /* Global L2 norm over the gradients of the tensors that train, summed in tensor order
  * (each sum of squares is itself order-fixed), so the norm is reproducible bit for bit. */
-static int grad_norm(model *m, double *norm, hearth_err *err)
+static int grad_norm(trainer *t, double *norm, hearth_err *err)
 {
-    kdev *dev = model_device(m);
-    const float *g = model_grads(m);
+    kdev *dev = model_device(t->m);
     double ss = 0.0;
-    for (int i = 0; i < model_tensor_count(m); i++) {
-        const model_tensor *tt = model_tensor_at(m, i);
-        double s = 0.0;
-        if (!tt->frozen && !kdev_sumsq(dev, &s, g + tt->offset, tt->numel))
-            ss += s;
-    }
+    kdev_sumsq_multi(dev, &ss, t->gx, t->gn, t->n_opt);
     *norm = sqrt(ss);
     return device_check(dev, err);
 }
 
 static int optimizer_update(trainer *t, float lr, float clip, hearth_err *err)
 {
-    model *m = t->m;
-    kdev *dev = model_device(m);
-    float *p = model_params(m), *g = model_grads(m);
-    for (int i = 0; i < model_tensor_count(m); i++) {
-        const model_tensor *tt = model_tensor_at(m, i);
-        if (tt->frozen)
-            continue;
-        if (clip != 1.0f)
-            kdev_scale(dev, g + tt->offset, tt->numel, clip);
-        kdev_adamw_update(dev, p + tt->offset, g + tt->offset, t->adam_m + tt->offset,
-                          t->adam_v + tt->offset, tt->numel, lr, TRAIN_ADAM_BETA1,
-                          TRAIN_ADAM_BETA2, TRAIN_ADAM_EPS,
-                          tt->decay ? (float)t->weight_decay : 0.0f, t->step);
-    }
+    kdev *dev = model_device(t->m);
+    kdev_adamw_multi(dev, t->opt, t->n_opt, clip, lr, TRAIN_ADAM_BETA1, TRAIN_ADAM_BETA2,
+                     TRAIN_ADAM_EPS, (float)t->weight_decay, t->step);
     return device_check(dev, err);
 }
 
@@ -251,7 +269,7 @@ int trainer_step(trainer *t, train_step_stats *st, hearth_err *err)
     }
     st->loss = st->target_tokens > 0 ? loss_sum / (double)st->target_tokens : 0.0;
     st->aux_loss = aux_sum / t->n_micro;
-    int rc = grad_norm(t->m, &st->grad_norm, err);
+    int rc = grad_norm(t, &st->grad_norm, err);
     if (rc)
         return rc;
     if (train_nonfinite(st->loss) || train_nonfinite(st->grad_norm)) {

@@ -509,6 +509,31 @@ static int cpu_sumsq(kdev *d, double *out, const float *x, size_t n)
     return 0;
 }
 
+static int cpu_sumsq_multi(kdev *d, double *out, const float *const *x, const size_t *n,
+                           int count)
+{
+    (void)d;
+    double ss = 0.0;
+    for (int i = 0; i < count; i++)
+        ss += kcpu_sumsq(x[i], n[i]);
+    *out = ss;
+    return 0;
+}
+
+static int cpu_adamw_multi(kdev *d, const kdev_adamw_tensor *t, int count, float clip,
+                           float lr, float beta1, float beta2, float eps, float weight_decay,
+                           int step)
+{
+    (void)d;
+    for (int i = 0; i < count; i++) {
+        if (clip != 1.0f)
+            kcpu_scale(t[i].grad, t[i].n, clip);
+        kcpu_adamw_update(t[i].param, t[i].grad, t[i].m, t[i].v, t[i].n, lr, beta1, beta2, eps,
+                          t[i].decay ? weight_decay : 0.0f, step);
+    }
+    return 0;
+}
+
 static const kdev_ops cpu_ops = {
     .abi = KDEV_ABI,
     .name = "cpu",
@@ -566,6 +591,8 @@ static const kdev_ops cpu_ops = {
     .fp8_qdq = cpu_fp8_qdq,
     .adamw_update = cpu_adamw_update,
     .sumsq = cpu_sumsq,
+    .sumsq_multi = cpu_sumsq_multi,
+    .adamw_multi = cpu_adamw_multi,
 };
 
 const kdev_ops *kdev_cpu_ops(void)

@@ -102,7 +102,8 @@ int kcuda_matmul_dweight_bf16_f32out(kcuda_ctx *ctx, float *dweight, const kcuda
  * out = inp * rstd * weight, rstd[N] = 1/sqrt(mean(inp^2) + eps) (fp32, saved).
  * Backward: dinp += ...; dweight[C] += sum over rows of dout * inp * rstd.  dweight is
  * fp32 in both versions (it sums over all rows: bf16 storage would lose the small
- * contributions); the reduction order is fixed, so results are deterministic. */
+ * contributions); the reduction order is fixed, so results are deterministic (two passes
+ * over fixed row chunks, 4 * C * chunks bytes of workspace, chunks <= 128). */
 int kcuda_rmsnorm_forward_bf16(kcuda_ctx *ctx, kcuda_bf16 *out, float *rstd,
                                const kcuda_bf16 *inp, const kcuda_bf16 *weight,
                                int N, int C, float eps);

@@ -227,6 +227,8 @@ static const kdev_ops cuda_ops = {
     .fp8_qdq = cuda_fp8_qdq,
     .adamw_update = cuda_adamw_update,
     .sumsq = cuda_sumsq,
+    .sumsq_multi = cuda_sumsq_multi,
+    .adamw_multi = cuda_adamw_multi,
 };
 
 extern "C" __attribute__((visibility("default"))) const kdev_ops *KDEV_CUDA_ENTRY(void)

@@ -159,6 +159,11 @@ CUDA_PRIVATE int cuda_adamw_update(kdev *d, float *param, const float *grad, flo
                                    float *v, size_t n, float lr, float beta1, float beta2,
                                    float eps, float weight_decay, int step);
 CUDA_PRIVATE int cuda_sumsq(kdev *d, double *out, const float *x, size_t n);
+CUDA_PRIVATE int cuda_sumsq_multi(kdev *d, double *out, const float *const *x,
+                                  const size_t *n, int count);
+CUDA_PRIVATE int cuda_adamw_multi(kdev *d, const kdev_adamw_tensor *t, int count, float clip,
+                                  float lr, float beta1, float beta2, float eps,
+                                  float weight_decay, int step);
 
 /* kdev_cuda_attn.cu */
 CUDA_PRIVATE int cuda_attention_forward(kdev *d, float *out, float *lse, const float *q,

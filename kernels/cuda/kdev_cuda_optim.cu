@@ -65,6 +65,70 @@ int cuda_sumsq(kdev *d, double *out, const float *x, size_t n)
     return cuda_download(d, out, res, sizeof *out);
 }
 
+/* The multi-tensor ops: descriptors built on the host and uploaded into the scratch, then
+ * kcuda's multi-tensor kernels (fixed chunking and reduction order: deterministic). */
+int cuda_sumsq_multi(kdev *d, double *out, const float *const *x, const size_t *n, int count)
+{
+    static const char op[] = "sumsq_multi";
+    *out = 0.0;
+    if (count <= 0)
+        return 0;
+    kcuda_tensor_f32 *h = (kcuda_tensor_f32 *)malloc((size_t)count * sizeof *h);
+    if (!h)
+        return kdev_fail(d, HERR_NOMEM, "%s: out of host memory", op);
+    for (int i = 0; i < count; i++) {
+        h[i].p = x[i];
+        h[i].n = n[i];
+    }
+    size_t db = cuda_align256((size_t)count * sizeof *h);
+    void *ws;
+    int rc = cuda_scratch(d, db + sizeof(double), &ws, op);
+    kcuda_tensor_f32 *desc = (kcuda_tensor_f32 *)ws;
+    double *res = (double *)((char *)ws + db);
+    if (!rc)
+        rc = cuda_upload(d, desc, h, (size_t)count * sizeof *h);
+    free(h);
+    if (!rc)
+        rc = cuda_kc(d, kcuda_multi_sumsq_f32(cuda_st(d)->k, res, desc, count), op);
+    return rc ? rc : cuda_download(d, out, res, sizeof *out);
+}
+
+int cuda_adamw_multi(kdev *d, const kdev_adamw_tensor *t, int count, float clip, float lr,
+                     float beta1, float beta2, float eps, float weight_decay, int step)
+{
+    static const char op[] = "adamw_multi";
+    if (count <= 0)
+        return 0;
+    kcuda_adamw_tensor *h = (kcuda_adamw_tensor *)malloc((size_t)count * sizeof *h);
+    if (!h)
+        return kdev_fail(d, HERR_NOMEM, "%s: out of host memory", op);
+    for (int i = 0; i < count; i++) {
+        h[i].param = t[i].param;
+        h[i].param_bf16 = NULL;
+        h[i].grad = t[i].grad;
+        h[i].m = t[i].m;
+        h[i].v = t[i].v;
+        h[i].n = t[i].n;
+        h[i].decay = t[i].decay;
+    }
+    size_t db = cuda_align256((size_t)count * sizeof *h);
+    void *ws;
+    int rc = cuda_scratch(d, db + sizeof(float), &ws, op);
+    kcuda_adamw_tensor *desc = (kcuda_adamw_tensor *)ws;
+    float *dclip = (float *)((char *)ws + db);
+    if (!rc)
+        rc = cuda_upload(d, desc, h, (size_t)count * sizeof *h);
+    if (!rc)
+        rc = cuda_upload(d, dclip, &clip, sizeof clip);
+    free(h);
+    if (!rc)
+        rc = cuda_kc(d, kcuda_multi_adamw_update(cuda_st(d)->k, desc, count,
+                                                 clip != 1.0f ? dclip : NULL, lr, beta1, beta2,
+                                                 eps, weight_decay, step),
+                     op);
+    return rc;
+}
+
 int cuda_adamw_update(kdev *d, float *param, const float *grad, float *m, float *v, size_t n,
                       float lr, float beta1, float beta2, float eps, float weight_decay,
                       int step)

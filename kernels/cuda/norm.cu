@@ -1,6 +1,10 @@
 /* norm.cu - RMSNorm forward/backward, bf16 or fp32 storage, fp32 arithmetic.
- * One block per row for the row-wise parts; the weight gradient is a second kernel with
- * one thread per column summing rows in order (deterministic, no atomics). */
+ * One block per row for the row-wise parts; the weight gradient sums rows in two passes:
+ * fixed chunks of rows into fp32 partials in the context workspace (chunks x columns
+ * threads), then one thread per column adds the chunks in order (deterministic, no
+ * atomics).  One thread per column over every row, the fallback when the workspace is too
+ * small for the partials, leaves most of the GPU idle (a head dim of 128 over 65536 rows
+ * for qk_norm). */
 #include "cuda/kcuda_internal.h"
 
 #define ROW_THREADS 256
@@ -57,6 +61,62 @@ __global__ void rmsnorm_bwd_dweight_kernel(float *dweight, const T *dout, const 
     dweight[c] += s;
 }
 
+#define DW_CHUNK_ROWS 256
+#define DW_MAX_CHUNKS 128
+
+template <typename T>
+__global__ void rmsnorm_bwd_dweight_partial_kernel(float *part, const T *dout, const T *inp,
+                                                   const float *rstd, int N, int C, int rows)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y;
+    if (c >= C)
+        return;
+    int i0 = k * rows, i1 = i0 + rows < N ? i0 + rows : N;
+    float s = 0.0f;
+    for (int i = i0; i < i1; i++) {
+        size_t o = (size_t)i * C + c;
+        s += kcuda_ld(dout + o) * kcuda_ld(inp + o) * rstd[i];
+    }
+    part[(size_t)k * C + c] = s;
+}
+
+__global__ void rmsnorm_bwd_dweight_sum_kernel(float *dweight, const float *part, int chunks,
+                                               int C)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    float s = 0.0f;
+    for (int k = 0; k < chunks; k++)
+        s += part[(size_t)k * C + c];
+    dweight[c] += s;
+}
+
+template <typename T>
+static int bwd_dweight(kcuda_ctx *ctx, float *dweight, const T *dout, const T *inp,
+                       const float *rstd, int N, int C)
+{
+    int chunks = (N + DW_CHUNK_ROWS - 1) / DW_CHUNK_ROWS;
+    if (chunks > DW_MAX_CHUNKS)
+        chunks = DW_MAX_CHUNKS;
+    unsigned cols = (unsigned)((C + 127) / 128);
+    if (chunks <= 1 || sizeof(float) * (size_t)chunks * (size_t)C > ctx->workspace_bytes) {
+        rmsnorm_bwd_dweight_kernel<T><<<cols, 128, 0, ctx->stream>>>(dweight, dout, inp, rstd,
+                                                                     N, C);
+        return kcuda_check_launch(ctx, "rmsnorm_bwd_dweight_kernel");
+    }
+    int rows = (N + chunks - 1) / chunks;
+    chunks = (N + rows - 1) / rows;
+    float *part = (float *)ctx->workspace;
+    rmsnorm_bwd_dweight_partial_kernel<T><<<dim3(cols, (unsigned)chunks), 128, 0,
+                                            ctx->stream>>>(part, dout, inp, rstd, N, C, rows);
+    int rc = kcuda_check_launch(ctx, "rmsnorm_bwd_dweight_partial_kernel");
+    if (rc < 0)
+        return rc;
+    rmsnorm_bwd_dweight_sum_kernel<<<cols, 128, 0, ctx->stream>>>(dweight, part, chunks, C);
+    return kcuda_check_launch(ctx, "rmsnorm_bwd_dweight_sum_kernel");
+}
+
 template <typename T>
 static int fwd(kcuda_ctx *ctx, T *out, float *rstd, const T *inp, const T *weight, int N,
                int C, float eps)
@@ -80,11 +140,8 @@ static int bwd(kcuda_ctx *ctx, T *dinp, float *dweight, const T *dout, const T *
         if ((rc = kcuda_check_launch(ctx, "rmsnorm_bwd_dinp_kernel")) < 0)
             return rc;
     }
-    if (dweight) {
-        rmsnorm_bwd_dweight_kernel<T><<<(C + 127) / 128, 128, 0, ctx->stream>>>(
-            dweight, dout, inp, rstd, N, C);
-        return kcuda_check_launch(ctx, "rmsnorm_bwd_dweight_kernel");
-    }
+    if (dweight)
+        return bwd_dweight<T>(ctx, dweight, dout, inp, rstd, N, C);
     return KCUDA_OK;
 }
 

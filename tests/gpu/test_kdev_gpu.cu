@@ -1058,6 +1058,29 @@ static int test_optimizer(struct tctx *t)
         double e = fabs(ss[1][i] - ss[0][i]) / fabs(ss[0][i]);
         f += judge(t, i ? "sumsq1" : "sumsq", e, TOL_D);
     }
+    /* the multi-tensor ops over three tensors of one buffer (sizes 1, a chunk and a bit,
+     * and the rest), clipped by 0.5; decay on the first and the last */
+    size_t sz[3] = {1, 16385, 3000};
+    size_t off[3] = {0, 1, 16386};
+    struct dp P = dp_rand(t, 20000, -1, 1), G = dp_rand(t, 20000, -1, 1);
+    struct dp Mm = dp_rand(t, 20000, -0.1f, 0.1f), V = dp_make(t, hrand(t, 20000, 0, 0.01f), 20000 * 4);
+    if (t->bad)
+        return f + 1;
+    double sm[2];
+    for (int k = 0; k < 2; k++) {
+        const float *xs[3];
+        kdev_adamw_tensor at[3];
+        for (int i = 0; i < 3; i++) {
+            xs[i] = FP(G, k) + off[i];
+            at[i] = (kdev_adamw_tensor){FP(P, k) + off[i], FP(G, k) + off[i], FP(Mm, k) + off[i],
+                                        FP(V, k) + off[i], sz[i], i != 1};
+        }
+        CK(kdev_sumsq_multi(t->d[k], &sm[k], xs, sz, 3));
+        CK(kdev_adamw_multi(t->d[k], at, 3, 0.5f, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 2));
+    }
+    f += judge(t, "sumsq_multi", fabs(sm[1] - sm[0]) / fabs(sm[0]), TOL_D);
+    f += cmp_tol(t, "multi.param", P, 20000, TOL_OPT) + cmp_tol(t, "multi.m", Mm, 20000, TOL_OPT);
+    f += cmp_tol(t, "multi.v", V, 20000, TOL_OPT);
     return f + t->bad;
 }
 

@@ -314,6 +314,26 @@ static int test_memory(struct tctx *t)
         }
     }
     gu_note(t, " mem_stats=%s", f ? "BAD" : "ok");
+    /* what the device counts is what the GPU gives: 256 MiB through kdev_alloc take at
+     * least that much of cudaMemGetInfo's free memory (allocator granularity may add) */
+    {
+        size_t free0, free1, total, want = (size_t)256 << 20, pk0, pk1;
+        int k = 1;
+        void *big = NULL;
+        kdev_mem_stats(t->d[1], &pk0, NULL);
+        cudaDeviceSynchronize();
+        cudaMemGetInfo(&free0, &total);
+        CK(kdev_alloc(t->d[k], &big, want));
+        CK(kdev_sync(t->d[k]));
+        cudaMemGetInfo(&free1, &total);
+        kdev_mem_stats(t->d[1], &pk1, NULL);
+        kdev_release(t->d[1], big);
+        size_t taken = free0 > free1 ? free0 - free1 : 0;
+        int ok = taken >= want && taken < want + ((size_t)64 << 20) && pk1 >= want;
+        gu_note(t, " memgetinfo=%s(%zu MiB taken, peak %zu MiB)", ok ? "ok" : "BAD",
+                taken >> 20, pk1 >> 20);
+        f += !ok;
+    }
 
     /* upload/download round trip, copy, copy_2d, zero, fill */
     size_t n = 1000;

@@ -298,6 +298,10 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/hearth/models \
 	    $(DESTDIR)$(PREFIX)/share/hearth/templates $(DESTDIR)$(PREFIX)/share/hearth/migrations
 	install -m 755 $(TRAIN_BIN) $(ORCH_BIN) $(PREP_BIN) $(DESTDIR)$(PREFIX)/bin/
+	@# The cuda device backend, where nvcc built it: kdev_create finds it in ../lib beside
+	@# the program (docs/device.md).
+	if [ -f $(LIB_CUDA_SO) ]; then install -d $(DESTDIR)$(PREFIX)/lib && \
+	    install -m 755 $(LIB_CUDA_SO) $(DESTDIR)$(PREFIX)/lib/; fi
 	install -m 644 contrib/models/*.yaml $(DESTDIR)$(PREFIX)/share/hearth/models/
 	install -m 644 templates/*.tmpl $(DESTDIR)$(PREFIX)/share/hearth/templates/
 	install -m 644 db/migrations/*.sql $(DESTDIR)$(PREFIX)/share/hearth/migrations/

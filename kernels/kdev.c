@@ -621,3 +621,10 @@ int kdev_adamw_multi(kdev *d, const kdev_adamw_tensor *t, int count, float clip,
     return note(d, d->ops->adamw_multi(d, t, count, clip, lr, beta1, beta2, eps, weight_decay,
                                        step));
 }
+
+int kdev_ce_finish(kdev *d, double *lse, float *losses, const float *mx, const double *sums,
+                   int n)
+{
+    MARK(d, "ce_finish");
+    return note(d, d->ops->ce_finish(d, lse, losses, mx, sums, n));
+}

@@ -189,6 +189,11 @@ int kdev_ce_rowsum(kdev *d, double *sums, const float *logits, const float *mx,
                    const int *targets, int v0, int n, int Vl);
 int kdev_ce_grad(kdev *d, float *dlogits, const float *logits, const double *lse,
                  const int *targets, int v0, double dl, int n, int Vl);
+/*   finish:   lse[r] = mx[r] + log(sums[r]) and losses[r] = (float)(lse[r] - sums[n + r]),
+ *             in double, from rowmax's and rowsum's outputs (reduced over the ranks that
+ *             hold the vocabulary, if several). */
+int kdev_ce_finish(kdev *d, double *lse, float *losses, const float *mx, const double *sums,
+                   int n);
 
 /* ---- mixture of experts (kernels.h kcpu_moe_*) ------------------------------------------
  * aux: a DEVICE float (may be NULL).  The plan's offsets are a device array; callers that

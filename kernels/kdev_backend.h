@@ -27,7 +27,7 @@ extern "C" {
 #define KDEV_CUDA_ENTRY_NAME "hearth_kdev_cuda_ops"
 /* Bumped whenever kdev_ops or struct kdev changes: a library of another version is
  * refused rather than called through a table of another layout. */
-#define KDEV_ABI 5
+#define KDEV_ABI 6
 
 struct kdev {
     const kdev_ops *ops;
@@ -125,6 +125,8 @@ struct kdev_ops {
                      const int *targets, int v0, int n, int Vl);
     int (*ce_grad)(kdev *d, float *dlogits, const float *logits, const double *lse,
                    const int *targets, int v0, double dl, int n, int Vl);
+    int (*ce_finish)(kdev *d, double *lse, float *losses, const float *mx,
+                     const double *sums, int n);
 
     int (*moe_router_forward)(kdev *d, int *topk_idx, float *topk_w, float *probs, float *aux,
                               const float *logits, int N, int E, int K);

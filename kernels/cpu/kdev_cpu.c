@@ -417,6 +417,17 @@ static int cpu_ce_grad(kdev *d, float *dlogits, const float *logits, const doubl
     return 0;
 }
 
+static int cpu_ce_finish(kdev *d, double *lse, float *losses, const float *mx,
+                         const double *sums, int n)
+{
+    (void)d;
+    for (int r = 0; r < n; r++) {
+        lse[r] = mx[r] + log(sums[r]);
+        losses[r] = (float)(lse[r] - sums[n + r]);
+    }
+    return 0;
+}
+
 static int cpu_moe_router_forward(kdev *d, int *topk_idx, float *topk_w, float *probs,
                                   float *aux, const float *logits, int N, int E, int K)
 {
@@ -580,6 +591,7 @@ static const kdev_ops cpu_ops = {
     .ce_rowmax = cpu_ce_rowmax,
     .ce_rowsum = cpu_ce_rowsum,
     .ce_grad = cpu_ce_grad,
+    .ce_finish = cpu_ce_finish,
     .moe_router_forward = cpu_moe_router_forward,
     .moe_router_backward = cpu_moe_router_backward,
     .moe_plan = cpu_moe_plan,

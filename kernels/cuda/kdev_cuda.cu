@@ -216,6 +216,7 @@ static const kdev_ops cuda_ops = {
     .ce_rowmax = cuda_ce_rowmax,
     .ce_rowsum = cuda_ce_rowsum,
     .ce_grad = cuda_ce_grad,
+    .ce_finish = cuda_ce_finish,
     .moe_router_forward = cuda_moe_router_forward,
     .moe_router_backward = cuda_moe_router_backward,
     .moe_plan = cuda_moe_plan,

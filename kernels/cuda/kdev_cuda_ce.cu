@@ -98,3 +98,23 @@ int cuda_ce_grad(kdev *d, float *dlogits, const float *logits, const double *lse
                                                               dl, Vl);
     return cuda_launched(d, "ce_grad");
 }
+
+__global__ void cuda_ce_finish_kernel(double *lse, float *losses, const float *mx,
+                                      const double *sums, int n)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= n)
+        return;
+    double l = (double)mx[r] + log(sums[r]);
+    lse[r] = l;
+    losses[r] = (float)(l - sums[n + r]);
+}
+
+int cuda_ce_finish(kdev *d, double *lse, float *losses, const float *mx, const double *sums,
+                   int n)
+{
+    if (n <= 0)
+        return 0;
+    cuda_ce_finish_kernel<<<(n + 255) / 256, 256, 0, cuda_stream(d)>>>(lse, losses, mx, sums, n);
+    return cuda_launched(d, "ce_finish");
+}

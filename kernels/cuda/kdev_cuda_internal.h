@@ -148,6 +148,8 @@ CUDA_PRIVATE int cuda_ce_rowsum(kdev *d, double *sums, const float *logits, cons
 CUDA_PRIVATE int cuda_ce_grad(kdev *d, float *dlogits, const float *logits,
                               const double *lse, const int *targets, int v0, double dl,
                               int n, int Vl);
+CUDA_PRIVATE int cuda_ce_finish(kdev *d, double *lse, float *losses, const float *mx,
+                                const double *sums, int n);
 
 /* kdev_cuda_fp8.cu */
 CUDA_PRIVATE int cuda_amax(kdev *d, float *amax, const float *x, size_t n);

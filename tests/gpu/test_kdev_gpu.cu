@@ -875,6 +875,17 @@ static int ce_case(struct tctx *t, const char *tag, int n, int Vl, int v0)
     const double *hs = (const double *)dl(t, 0, sums);
     if (!hs)
         return 1;
+    dp_set(t, sums, hs);
+    /* finish from the same (cpu's) max and sums on both */
+    struct dp FL = dp_make(t, NULL, n * sizeof(double)), FLS = dp_nan(t, n);
+    if (t->bad)
+        return 1;
+    for (int k = 0; k < 2; k++)
+        CK(kdev_ce_finish(t->d[k], DBP(FL, k), FP(FLS, k), FP(mx, k), DBP(sums, k), n));
+    snprintf(w, sizeof w, "%s.finish.lse", tag);
+    f += cmp_tol_d(t, w, FL, (size_t)n, TOL_D);
+    snprintf(w, sizeof w, "%s.finish.loss", tag);
+    f += cmp_tol(t, w, FLS, (size_t)n, TOL_OPT);
     double *lse = (double *)hkeep(t, malloc(n * sizeof(double)));
     for (int r = 0; r < n; r++)
         lse[r] = hm[r] + log(hs[r]);

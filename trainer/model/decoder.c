@@ -45,7 +45,7 @@ static int head_chunk(const kdev *dev, int vocab)
 typedef struct {
     farena fa, ha;
     iarena ia, da;
-    size_t doubles;         /* host lse + csum, and their device copies */
+    size_t doubles;         /* the device's lse and csum */
 } dec_arenas;
 
 static void take(decoder_part *d, dec_arenas *a, int N, int Nf, int chunk)
@@ -81,8 +81,7 @@ static void take(decoder_part *d, dec_arenas *a, int N, int Nf, int chunk)
     d->sin = fa_take(ha, nf * half);
     d->cosl = sliced ? fa_take(ha, n * half) : d->cos;
     d->sinl = sliced ? fa_take(ha, n * half) : d->sin;
-    d->cmax_h = fa_take(ha, ch);
-    d->losses_h = fa_take(ha, ch);
+    d->losses_h = fa_take(ha, n);
     d->cos_d = fa_take(fa, n * half);
     d->sin_d = fa_take(fa, n * half);
     d->xg = d->tp > 1 ? fa_take(fa, n * c->H) : NULL;
@@ -103,7 +102,7 @@ static void take(decoder_part *d, dec_arenas *a, int N, int Nf, int chunk)
     d->dhc = fa_take(fa, ch * c->H);
     d->logits = fa_take(fa, ch * V);
     d->dlogits = fa_take(fa, ch * V);
-    d->losses = fa_take(fa, ch);
+    d->losses = fa_take(fa, n);
     d->cmax = fa_take(fa, ch);
 }
 
@@ -115,13 +114,11 @@ static void release_buffers(decoder_part *d)
     kdev_release(dev, d->dbuf_d);
     free(d->ibuf);
     free(d->hbuf);
-    free(d->lse);
     d->fbuf = NULL;
     d->ibuf_d = NULL;
     d->dbuf_d = NULL;
     d->ibuf = NULL;
     d->hbuf = NULL;
-    d->lse = NULL;
 }
 
 void decoder_free(decoder_part *d)
@@ -152,9 +149,7 @@ static int reserve(decoder_part *d, int N, int Nf, hearth_err *err)
     d->cap_tokens = 0;
     d->ibuf = calloc(a.ia.used ? a.ia.used : 1, sizeof(int));
     d->hbuf = calloc(a.ha.used ? a.ha.used : 1, sizeof(float));
-    /* lse [N], then csum [2 chunk] */
-    d->lse = calloc(a.doubles, sizeof(double));
-    if (!d->ibuf || !d->hbuf || !d->lse)
+    if (!d->ibuf || !d->hbuf)
         rc = herr_set(err, HERR_NOMEM, "decoder: out of memory");
     if (!rc)
         rc = dev_alloc(dev, (void **)&d->fbuf, a.fa.used * sizeof(float), "decoder", err);
@@ -166,7 +161,7 @@ static int reserve(decoder_part *d, int N, int Nf, hearth_err *err)
         release_buffers(d);
         return herr_prefix(err, rc, "decoder: buffers for %d tokens", N);
     }
-    d->csum = d->lse + N;
+    /* lse [N], then csum [2 chunk] */
     d->lse_d = d->dbuf_d;
     d->csum_d = d->dbuf_d + N;
     a = (dec_arenas){ .fa = { d->fbuf, 0 }, .ha = { d->hbuf, 0 }, .ia = { d->ibuf, 0 },

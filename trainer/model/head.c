@@ -11,9 +11,12 @@
  * that the logits buffer stays bounded for large vocabularies.  The forward keeps each
  * row's log-sum-exp; the backward recomputes a chunk's logits, unless all rows fitted in
  * one chunk (whose logits are still in the buffer). */
-#include <math.h>
-
 #include "model/internal.h"
+
+static kdev *st_dev(const decoder_part *d)
+{
+    return d->st.c.dev;
+}
 
 /* Rows r0 .. r0 + n - 1 of the target rows into hc, and their logits. */
 static int chunk_logits(decoder_part *d, int r0, int n, hearth_err *err)
@@ -25,9 +28,9 @@ static int chunk_logits(decoder_part *d, int r0, int n, hearth_err *err)
                               d->head_w, NULL, n, H, Vl, err);
 }
 
-/* Cross-entropy of the chunk's n rows: d->losses_h, and d->lse (host and device) from
- * row r0 on.  The statistics are reduced over tp on the device buffers, and the last
- * step (log, difference) runs on the host, which needs the losses anyway. */
+/* Cross-entropy of the chunk's n rows: d->losses and d->lse_d from row r0 on, on the
+ * device (the statistics reduced over tp there); nothing comes back to the host before
+ * head_forward has every chunk's losses. */
 static int chunk_loss(decoder_part *d, int r0, int n, hearth_err *err)
 {
     kdev *dev = d->st.c.dev;
@@ -42,16 +45,8 @@ static int chunk_loss(decoder_part *d, int r0, int n, hearth_err *err)
         (rc = comm_allreduce(d->tp_comm, d->csum_d, d->csum_d, 2 * (size_t)n, COMM_F64,
                              COMM_SUM, err)))
         return herr_prefix(err, rc, "decoder: cross-entropy");
-    kdev_download(dev, d->cmax_h, d->cmax, (size_t)n * sizeof(float));
-    kdev_download(dev, d->csum, d->csum_d, 2 * (size_t)n * sizeof(double));
-    if ((rc = dev_check(dev, err)))
-        return rc;
-    for (int r = 0; r < n; r++) {
-        double lse = d->cmax_h[r] + log(d->csum[r]);
-        d->lse[r0 + r] = lse;
-        d->losses_h[r] = (float)(lse - d->csum[n + r]);
-    }
-    return dev_upload(dev, d->lse_d + r0, d->lse + r0, (size_t)n * sizeof(double), err);
+    kdev_ce_finish(dev, d->lse_d + r0, d->losses + r0, d->cmax, d->csum_d, n);
+    return 0;
 }
 
 int head_forward(decoder_part *d, double *loss, hearth_err *err)
@@ -63,9 +58,13 @@ int head_forward(decoder_part *d, double *loss, hearth_err *err)
         int n = nt - r0 < chunk ? nt - r0 : chunk;
         if ((rc = chunk_logits(d, r0, n, err)) || (rc = chunk_loss(d, r0, n, err)))
             return rc;
-        for (int r = 0; r < n; r++)
-            sum += d->losses_h[r];
     }
+    /* The one host read of the head: every target row's loss, summed in row order. */
+    kdev_download(st_dev(d), d->losses_h, d->losses, (size_t)nt * sizeof(float));
+    if ((rc = dev_check(st_dev(d), err)))
+        return rc;
+    for (int r = 0; r < nt; r++)
+        sum += d->losses_h[r];
     *loss = sum;
     return 0;
 }

@@ -448,10 +448,7 @@ typedef struct {
                                        input, or -1 */
     float *cos, *sin;               /* [n_full, D/2] */
     float *cosl, *sinl;             /* cp > 1: [N, D/2] the local rows of cos, sin */
-    float *cmax_h;                  /* [chunk] row maxima */
-    double *lse;                    /* [N] log-sum-exp of every target row */
-    double *csum;                   /* [2 chunk] sums of exponentials, target logits */
-    float *losses_h;                /* [chunk] */
+    float *losses_h;                /* [N] every target row's loss, as downloaded */
     /* device: the copies of what kernels read, and the activations */
     int *cp_pos_d, *cu_d, *trow_d, *ttgt_d, *erow_d, *prow_d, *imgk_d, *imgdst_d;
     float *cos_d, *sin_d;           /* [N, D/2] the local rows */
@@ -459,10 +456,11 @@ typedef struct {
     float *pbuf;                    /* learned positions: [N, H] the rows to add */
     float *hl, *hf, *meanf, *rstdf; /* final norm output (local rows, gathered), stats */
     float *dhf, *dhl;               /* [N, H] head input gradient, its local rows */
-    float *hc, *logits, *dlogits, *dhc, *losses;   /* head chunk buffers */
+    float *hc, *logits, *dlogits, *dhc;    /* head chunk buffers */
+    float *losses;                  /* [N] the loss of every target row */
     float *cmax;                    /* [chunk] row maxima */
-    double *lse_d;                  /* [N] */
-    double *csum_d;                 /* [2 chunk] */
+    double *lse_d;                  /* [N] log-sum-exp of every target row */
+    double *csum_d;                 /* [2 chunk] sums of exponentials, target logits */
     float *fbuf;                    /* device: float arena */
     int *ibuf;                      /* host: int arena */
     int *ibuf_d;                    /* device: int arena */

@@ -213,7 +213,7 @@ void mp_stage_buffers(mp_elems *el, const mp_stack *st, int has_head, int64_t N,
      * targets, image rows, local rows, (cp: every cp rank's positions), sequence starts,
      * positions of the whole micro batch, target rows and targets, embedding and position
      * rows, image destinations; the RoPE tables of the micro batch (and the local rows
-     * when sliced), row maxima and losses of a head chunk.  (N: the chunk's tokens under
+     * when sliced), the target rows' losses.  (N: the chunk's tokens under
      * parallel.chunks, Nf the micro batch's.) */
     if (!st->gpu) {
         el->i[MEM_STAGE] += 4 * r16(n) + (st->cp > 1 ? r16(st->cp * n) : 0) + r16(n + 1) +
@@ -224,8 +224,7 @@ void mp_stage_buffers(mp_elems *el, const mp_stack *st, int has_head, int64_t N,
             addf(el, MEM_STAGE, n * half, 0);
             addf(el, MEM_STAGE, n * half, 0);
         }
-        addf(el, MEM_LOGITS, ch, 0);
-        addf(el, MEM_LOGITS, ch, 0);
+        addf(el, MEM_LOGITS, n, 0);
     }
     /* Device copies of what kernels read: cp positions, sequence starts, target rows and
      * targets, embedding and position rows, image rows, image destinations, the local RoPE
@@ -238,7 +237,7 @@ void mp_stage_buffers(mp_elems *el, const mp_stack *st, int has_head, int64_t N,
         addf(el, MEM_STAGE, n * st->H, 0);
     if (st->s->pos == POS_LEARNED)
         addf(el, MEM_STAGE, nl * st->H, 0);
-    el->lse_doubles += (st->gpu ? 1 : 2) * (n + 2 * ch);
+    el->lse_doubles += n + 2 * ch;
     if (!has_head)
         return;
     addf(el, MEM_STAGE, n * st->H, 0);
@@ -251,7 +250,7 @@ void mp_stage_buffers(mp_elems *el, const mp_stack *st, int has_head, int64_t N,
         addf(el, MEM_STAGE, nl * st->H, 0);
     addf(el, MEM_LOGITS, ch * st->H, 0);
     addf(el, MEM_LOGITS, ch * st->H, 0);
-    el->logit_floats += r16(ch * Vl) + r16(ch * Vl) + r16(ch) + r16(ch);
+    el->logit_floats += r16(ch * Vl) + r16(ch * Vl) + r16(n) + r16(ch);
 }
 
 void mp_encode_buffers(mp_elems *el, const mp_stack *st, const model_shape *m, int64_t P,

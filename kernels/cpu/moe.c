@@ -5,6 +5,7 @@
  * The router keeps per-expert statistics (E doubles) on the stack: E is the number of
  * experts of one layer (hundreds at most). */
 #include "kernels.h"
+#include "moe_route.h"
 
 #include <math.h>
 #include <string.h>
@@ -15,37 +16,9 @@ void kcpu_moe_router_forward(int *topk_idx, float *topk_w, float *probs, float *
     if (E <= 0 || K <= 0 || K > E)
         return; /* no valid routing; the model validates E and K on load */
 #pragma omp parallel for schedule(static) if ((size_t)N * E >= 16384)
-    for (int t = 0; t < N; t++) {
-        const float *z = logits + (size_t)t * E;
-        float *p = probs + (size_t)t * E;
-        float mx = z[0];
-        for (int e = 1; e < E; e++)
-            mx = z[e] > mx ? z[e] : mx;
-        double s = 0;
-        for (int e = 0; e < E; e++)
-            s += exp((double)z[e] - mx);
-        for (int e = 0; e < E; e++)
-            p[e] = (float)(exp((double)z[e] - mx) / s);
-
-        /* top-k by repeated selection: strict '>' while scanning upwards keeps the lower
-         * index on ties, and picks come out in descending order */
-        int *idx = topk_idx + (size_t)t * K;
-        double chosen = 0;
-        for (int j = 0; j < K; j++) {
-            int best = -1;
-            for (int e = 0; e < E; e++) {
-                int taken = 0;
-                for (int i = 0; i < j; i++)
-                    taken |= idx[i] == e;
-                if (!taken && (best < 0 || p[e] > p[best]))
-                    best = e;
-            }
-            idx[j] = best;
-            chosen += p[best];
-        }
-        for (int j = 0; j < K; j++)
-            topk_w[(size_t)t * K + j] = (float)(p[idx[j]] / chosen);
-    }
+    for (int t = 0; t < N; t++)
+        moe_route_token(topk_idx + (size_t)t * K, topk_w + (size_t)t * K,
+                        probs + (size_t)t * E, logits + (size_t)t * E, E, K);
 
     if (aux) {
         /* aux = E * sum_e f_e P_e, f_e = count_e / N, P_e = mean_t probs[t][e] */

@@ -7,8 +7,9 @@
  * nearly equal probabilities may then differ) and keeps a counts[] buffer kdev has not;
  * its permutes move bf16 rows.  Its plan (a stable counting sort, the reference's order
  * exactly) is reused.
- *   router:    one thread per token, the reference's loop in double: the same
- *              probabilities and choices (up to the last ulp of the device's exp); the
+ *   router:    one thread per token running the reference's own per-token code
+ *              (kernels/moe_route.h): the same probabilities and choices (up to the last
+ *              ulp of the device's exp); the
  *              aux loss sums each expert's probabilities over tokens in token order.
  *   permute:   a row copy; its backward adds each token's K rows in increasing row order
  *              (the reference's order, so the same bits) through the inverse of row_src,
@@ -19,6 +20,7 @@
  *              in double.
  * No floating-point atomics anywhere; results are the same on every run. */
 #include "cuda/kdev_cuda_internal.h"
+#include "moe_route.h"
 
 #include <limits.h>
 #include <math.h>
@@ -34,34 +36,8 @@ __global__ void cuda_moe_router_kernel(int *topk_idx, float *topk_w, float *prob
     int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= N)
         return;
-    const float *z = logits + (size_t)t * E;
-    float *p = probs + (size_t)t * E;
-    float mx = z[0];
-    for (int e = 1; e < E; e++)
-        mx = z[e] > mx ? z[e] : mx;
-    double s = 0;
-    for (int e = 0; e < E; e++)
-        s += exp((double)z[e] - mx);
-    for (int e = 0; e < E; e++)
-        p[e] = (float)(exp((double)z[e] - mx) / s);
-    /* top-k by repeated selection: strict '>' scanning upwards keeps the lower index on
-     * ties, and the picks come out in descending order */
-    int *idx = topk_idx + (size_t)t * K;
-    double chosen = 0;
-    for (int j = 0; j < K; j++) {
-        int best = -1;
-        for (int e = 0; e < E; e++) {
-            int taken = 0;
-            for (int i = 0; i < j; i++)
-                taken |= idx[i] == e;
-            if (!taken && (best < 0 || p[e] > p[best]))
-                best = e;
-        }
-        idx[j] = best;
-        chosen += p[best];
-    }
-    for (int j = 0; j < K; j++)
-        topk_w[(size_t)t * K + j] = (float)(p[idx[j]] / chosen);
+    moe_route_token(topk_idx + (size_t)t * K, topk_w + (size_t)t * K, probs + (size_t)t * E,
+                    logits + (size_t)t * E, E, K);
 }
 
 /* Pairs routed to each expert, into shared cnt[E] (integer atomics: exact in any order). */

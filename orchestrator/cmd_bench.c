@@ -12,6 +12,7 @@
 
 #include "cmd.h"
 #include "render.h"
+#include "trainer_caps.h"
 #include "rundir.h"
 #include "select_db.h"
 
@@ -28,26 +29,6 @@ static int ingest_files(hearth_db *db, int n, char **files, hearth_err *err)
         select_bench_set_free(&b);
     }
     return 0;
-}
-
-/* Runs argv[0] with argv, stdout and stderr to `log` (NULL: inherited); returns its exit
- * status, or -1 when it could not run. */
-static int run_wait(char *const argv[], const char *log)
-{
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        if (log && (!freopen(log, "w", stdout) || dup2(fileno(stdout), 2) < 0))
-            _exit(127);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    int st;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR)
-            return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 static int bench_layers(hcli_ctx *c, hearth_db *db, hearth_err *err)
@@ -77,7 +58,7 @@ static int bench_layers(hcli_ctx *c, hearth_db *db, hearth_err *err)
     /* The trainer says what it can do in its --help; do not pretend it benchmarks. */
     snprintf(help_log, sizeof help_log, "%s/help.txt", out);
     char *help_argv[] = { trainer, "--help", NULL };
-    run_wait(help_argv, help_log);
+    trainer_run_wait(help_argv, help_log);
     FILE *f = fopen(help_log, "r");
     char line[512];
     int has_flag = 0;
@@ -101,7 +82,7 @@ static int bench_layers(hcli_ctx *c, hearth_db *db, hearth_err *err)
     snprintf(log, sizeof log, "%s/bench.log", out);
     char *argv[] = { trainer, "--bench-layers", "--set", set_model, "--set", "device=cuda",
                      "--out", out, NULL };
-    int code = run_wait(argv, log);
+    int code = trainer_run_wait(argv, log);
     if (code)
         return herr_set(err, HERR_RUNTIME, "%s --bench-layers failed (exit %d): see %s", trainer,
                         code, log);

@@ -1,5 +1,6 @@
 /* cmd_plan.c - `hearth plan SPEC`: the spec's points, kept / pruned / skipped (plan.h),
  * deduplicated against the experiment's completed runs when the database exists. */
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include "runs_db.h"
 #include "select_auto.h"
 #include "spec.h"
+#include "trainer_caps.h"
 
 typedef struct {
     hearth_db *db;
@@ -57,6 +59,12 @@ int cmd_plan(hcli_ctx *c)
     opts.already_completed = db ? completed_in_experiment : NULL;
     opts.completed_ctx = &cc;
     opts.force = hcli_flag(c, "force");
+    /* the plan asks the spec's trainer what it can run; one that cannot be found is
+     * submit's error, not the plan's */
+    char trainer[PATH_MAX];
+    hearth_err terr;
+    if (trainer_find(s, trainer, sizeof trainer, &terr) == 0)
+        opts.trainer_path = trainer;
     plan_result r;
     memset(&r, 0, sizeof r);
     rc = plan_collect(s, &opts, &r, &err);

@@ -20,6 +20,7 @@
 #include "select_auto.h"
 #include "spec.h"
 #include "sweep.h"
+#include "trainer_caps.h"
 
 /* Set by SIGINT/SIGTERM/SIGHUP while a sweep runs: the only state a signal handler may
  * touch. */
@@ -253,32 +254,6 @@ static int create_point(void *ctx, const plan_point *p)
     return rc;
 }
 
-/* The trainer: the spec's (relative to the working directory), else hearth-train beside
- * this binary.  Absolute, since jobs may run elsewhere. */
-static int find_trainer(const spec *s, char *out, size_t size, hearth_err *err)
-{
-    char path[PATH_MAX];
-    if (s->trainer) {
-        snprintf(path, sizeof path, "%s", s->trainer);
-    } else {
-        char dir[PATH_MAX];
-        int rc = render_exe_dir(dir, sizeof dir, err);
-        if (rc)
-            return rc;
-        snprintf(path, sizeof path, "%.4000s/hearth-train", dir);
-    }
-    char *real = realpath(path, NULL);
-    struct stat st;
-    if (!real || stat(real, &st) || !S_ISREG(st.st_mode) || access(real, X_OK)) {
-        free(real);
-        return herr_set(err, HERR_CONFIG, "%s: trainer: %s: not an executable file", s->file,
-                        path);
-    }
-    int too_long = (size_t)snprintf(out, size, "%s", real) >= size;
-    free(real);
-    return too_long ? herr_set(err, HERR_CONFIG, "%s: path too long", path) : 0;
-}
-
 int cmd_submit(hcli_ctx *c)
 {
     hearth_err err = { { 0 } };
@@ -311,7 +286,7 @@ int cmd_submit(hcli_ctx *c)
     if ((rc = hcli_get_long(c, "jobs", 0, 1, &jobs, &err)) ||
         (rc = backend_open(backend_name, &probe, &err)) ||
         (rc = hcli_runs_dir(c, runs_dir, sizeof runs_dir, &err)) ||
-        (rc = find_trainer(s, trainer, sizeof trainer, &err)))
+        (rc = trainer_find(s, trainer, sizeof trainer, &err)))
         goto fail;
     backend_free(probe);
     probe = NULL;
@@ -376,6 +351,7 @@ int cmd_submit(hcli_ctx *c)
     po.already_completed = db ? completed_in_experiment : NULL;
     po.completed_ctx = &cc;
     po.force = hcli_flag(c, "force");
+    po.trainer_path = trainer;
     snprintf(policy_dir, sizeof policy_dir, "%s/policies", runs_dir);
     if ((rc = select_auto_create(&sa, db, s, policy_dir, !dry, 0, &err)))
         goto fail;

@@ -9,6 +9,7 @@
 
 #include "shape/mem_plan.h"
 #include "shape/run_config_override.h"
+#include "trainer_caps.h"
 
 /* Keys a `where`/`exclude` reads from the resolved config, resolved to table rows once.
  * Slots are allocated one by one so that a value's text stays put while an expression
@@ -47,6 +48,8 @@ typedef struct {
     int n_keys, cap_keys;
     seen_slot *seen;
     uint64_t seen_cap, seen_n;
+    trainer_caps caps;          /* of opts->trainer_path, asked at the first cuda point */
+    int caps_asked;
 } planner;
 
 const char *plan_status_name(plan_status s)
@@ -380,6 +383,19 @@ static int cuda_ranks_broken(const planner *pl, const expand_point *pt, const ru
     return 0;
 }
 
+/* Whether the spec's trainer says it has no cuda backend (asked once, at the first
+ * device: cuda point: a spec without one never runs the trainer at plan time). */
+static int trainer_lacks_cuda(planner *pl)
+{
+    if (!pl->opts->trainer_path)
+        return 0;
+    if (!pl->caps_asked) {
+        trainer_caps_query(pl->opts->trainer_path, &pl->caps);
+        pl->caps_asked = 1;
+    }
+    return pl->caps.known && !pl->caps.cuda;
+}
+
 /* ---- the plan ------------------------------------------------------------------------- */
 
 typedef struct {
@@ -445,6 +461,14 @@ int plan_run(const spec *s, const plan_opts *opts, plan_point_fn cb, void *ctx,
             p->status = PLAN_PRUNED;
             snprintf(pb->rule, sizeof pb->rule, "shape");
             snprintf(p->reason, sizeof p->reason, "%s", pl->rerr.msg);
+            p->rule = pb->rule;
+        } else if (pl->cfg.device == DEVICE_CUDA && trainer_lacks_cuda(pl)) {
+            p->status = PLAN_PRUNED;
+            snprintf(pb->rule, sizeof pb->rule, "trainer_has_cuda");
+            snprintf(p->reason, sizeof p->reason, "device: cuda, but the trainer %s was built "
+                     "without the cuda backend (hearth-train --capabilities lists no cuda: "
+                     "build with nvcc on PATH, or set HEARTH_CUDA_LIB)",
+                     opts->trainer_path ? opts->trainer_path : "");
             p->rule = pb->rule;
         } else if (cuda_ranks_broken(pl, &pt, &pl->cfg, p->reason, sizeof p->reason)) {
             p->status = PLAN_PRUNED;

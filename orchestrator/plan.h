@@ -73,6 +73,10 @@ typedef struct {
      * (spec.any_auto) cannot be planned without it. */
     int (*resolve_auto)(void *ctx, const expand_point *pt, run_config *cfg, hearth_err *err);
     void *auto_ctx;
+    /* The spec's trainer: at the first device: cuda point the plan asks it what it can run
+     * (trainer_caps.h) and, when its build lacks the cuda backend, prunes the cuda points
+     * by rule trainer_has_cuda.  NULL: not asked. */
+    const char *trainer_path;
 } plan_opts;
 
 /* Called for every point; a non-zero return stops the plan and is returned by plan_run. */

@@ -31,6 +31,9 @@ void cli_usage(FILE *f)
           "  --plan-memory      print the predicted peak memory per pipeline stage and rank\n"
           "                     (parameters, gradients, optimizer, activations, ...;\n"
           "                     docs/memory.md) and exit without training or writing DIR\n"
+          "  --capabilities     print what this build can run, as one JSON line\n"
+          "                     ({\"devices\": [\"cpu\", \"cuda\"]}: cuda when its backend\n"
+          "                     library is installed beside the program) and exit\n"
           "  --check-bootstrap  join the job (PMIx under srun --mpi=pmix or mpirun, else\n"
           "                     RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, else one rank),\n"
           "                     exchange a blob with every rank, print what arrived;\n"
@@ -149,6 +152,8 @@ int cli_parse(cli_args *a, int argc, char **argv, hearth_err *err)
             a->check_bootstrap = 1;
         } else if (!strcmp(arg, "--plan-memory")) {
             a->plan_memory = 1;
+        } else if (!strcmp(arg, "--capabilities")) {
+            a->capabilities = 1;
         } else if (string_option(a, argc, argv, &i, err, &rc)) {
             if (rc)
                 return rc;
@@ -165,6 +170,11 @@ int cli_parse(cli_args *a, int argc, char **argv, hearth_err *err)
     }
     if (a->help || a->version)
         return 0;
+    if (a->capabilities) {
+        if (argc > 2)
+            return herr_set(err, HERR_CONFIG, "--capabilities: takes no other option");
+        return 0;
+    }
     if (a->check_bootstrap) {
         if (a->config || a->out_dir || a->n_ovr || a->resume || a->plan_memory)
             return herr_set(err, HERR_CONFIG, "--check-bootstrap: takes no other option");

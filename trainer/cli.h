@@ -29,6 +29,7 @@ typedef struct {
     char **ovr_text;           /* [n_ovr] malloc'd copies "KEY\0VALUE" */
     int help, version;
     int check_bootstrap;       /* --check-bootstrap: no --out or config needed */
+    int capabilities;          /* --capabilities: print what the build runs, exit */
     int plan_memory;           /* --plan-memory: print the memory plan, train nothing;
                                   --out is not needed (and not created when given) */
 } cli_args;

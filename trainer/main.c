@@ -3,6 +3,7 @@
 
 #include "bootstrap.h"
 #include "cli.h"
+#include "kdev.h"
 #include "plan_memory.h"
 #include "run.h"
 #include "version.h"
@@ -25,6 +26,12 @@ int main(int argc, char **argv)
     }
     if (a.version) {
         printf("%s\n", version_line());
+        cli_args_free(&a);
+        return RUN_EXIT_DONE;
+    }
+    if (a.capabilities) {
+        /* what `hearth plan` asks before it keeps device: cuda points */
+        printf("{\"devices\": [\"cpu\"%s]}\n", kdev_cuda_available() ? ", \"cuda\"" : "");
         cli_args_free(&a);
         return RUN_EXIT_DONE;
     }

@@ -3,7 +3,8 @@
 # shell scripts using tests/cli/lib.sh) and prints one summary line:
 #   N passed, N failed, N skipped
 # A program that crashes or reports fewer results than it planned counts the
-# missing ones as failed, so a dying test can never look green.
+# missing ones as failed, and a test program that does not exist counts as one failure,
+# so a dying or unbuilt test can never look green.
 set -u
 export CMOCKA_MESSAGE_OUTPUT=TAP
 # Idle OpenMP workers sleep instead of spinning: tests share 2 cores with each other's
@@ -14,8 +15,14 @@ pass=0 fail=0 skip=0
 failed_names=()
 logdir=$(mktemp -d "${TMPDIR:-/tmp}/hearth-tests.XXXXXX")
 for t in "$@"; do
-    [ -e "$t" ] || continue
     name=$(basename "$t")
+    if [ ! -e "$t" ]; then   # a test that was not built is a failure, never a silent pass
+        echo "---- $name: missing ($t) ----"
+        printf '%-40s %4d passed %3d failed %3d skipped %5ss  %s\n' "$name" 0 1 0 0 MISSING
+        fail=$((fail + 1))
+        failed_names+=("$name")
+        continue
+    fi
     log="$logdir/$name.log"
     start=$(date +%s)
     "$t" >"$log" 2>&1

@@ -43,7 +43,8 @@ void cli_usage(FILE *f)
           "\n"
           "exit status: 0 done, 1 runtime failure, 2 usage or config error,\n"
           "             3 diverged (loss NaN or infinite),\n"
-          "             75 preempted (SIGTERM or SIGUSR2) after writing a checkpoint\n", f);
+          "             75 preempted (SIGTERM, SIGUSR2, SIGINT or SIGHUP) after writing a\n"
+          "             checkpoint\n", f);
 }
 
 void cli_args_free(cli_args *a)

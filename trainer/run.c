@@ -13,9 +13,11 @@
 #include "train.h"
 #include "version.h"
 
-/* Set by SIGTERM / SIGUSR2 (preemption notice): the training loop writes a checkpoint at
- * the next step boundary and the run exits RUN_EXIT_PREEMPTED.  The handler only sets
- * this flag, so a second signal while the checkpoint is written changes nothing. */
+/* Set by SIGTERM / SIGUSR2 (preemption notice), SIGINT (Ctrl-C) or SIGHUP (the terminal
+ * went away): the training loop writes a checkpoint at the next step boundary and the run
+ * exits RUN_EXIT_PREEMPTED.  The handler only sets this flag, so a second signal while the
+ * checkpoint is written changes nothing.  SIGINT and SIGHUP stay ignored where the parent
+ * ignores them (nohup; a shell's background jobs). */
 static volatile sig_atomic_t preempt_signal;
 
 static void on_preempt(int sig)
@@ -24,7 +26,7 @@ static void on_preempt(int sig)
 }
 
 typedef struct {
-    struct sigaction term, usr2;
+    struct sigaction term, usr2, intr, hup;
 } saved_handlers;
 
 static void preempt_install(saved_handlers *old)
@@ -37,12 +39,21 @@ static void preempt_install(saved_handlers *old)
     preempt_signal = 0;
     sigaction(SIGTERM, &sa, &old->term);
     sigaction(SIGUSR2, &sa, &old->usr2);
+    /* SIGINT and SIGHUP only where they are not ignored */
+    sigaction(SIGINT, NULL, &old->intr);
+    sigaction(SIGHUP, NULL, &old->hup);
+    if (old->intr.sa_handler != SIG_IGN)
+        sigaction(SIGINT, &sa, NULL);
+    if (old->hup.sa_handler != SIG_IGN)
+        sigaction(SIGHUP, &sa, NULL);
 }
 
 static void preempt_restore(const saved_handlers *old)
 {
     sigaction(SIGTERM, &old->term, NULL);
     sigaction(SIGUSR2, &old->usr2, NULL);
+    sigaction(SIGINT, &old->intr, NULL);
+    sigaction(SIGHUP, &old->hup, NULL);
 }
 
 static int config_exit(int rc)

@@ -44,7 +44,7 @@ run_until_signal() {
     echo $? >"$dir.rc"
 }
 
-tap_plan 9
+tap_plan 10
 
 "$HEARTH_TRAIN" "${ARGS[@]}" --out "$tmp/full" >/dev/null 2>"$tmp/full.err"
 tap_result $? "uninterrupted run" "$(tail -3 "$tmp/full.err")"
@@ -76,6 +76,15 @@ got=$(final_loss "$tmp/b")
 tap_result "$([ "$(cat "$tmp/b.rc")" = 75 ] && [ $rc = 0 ] && [ "$got" = "$want" ]; echo $?)" \
     "SIGUSR2 without checkpoint_every: exit 75, resume, same final loss" \
     "first exit $(cat "$tmp/b.rc"), resume exit $rc, loss '$got' want '$want'; $(tail -2 "$tmp/b2.err")"
+
+# SIGHUP (the terminal went away) likewise: a checkpoint, exit 75, and the resume is exact.
+run_until_signal "$tmp/h" HUP 2
+"$HEARTH_TRAIN" "${ARGS[@]}" --out "$tmp/h" --resume "$tmp/h" >/dev/null 2>"$tmp/h2.err"
+rc=$?
+got=$(final_loss "$tmp/h")
+tap_result "$([ "$(cat "$tmp/h.rc")" = 75 ] && [ $rc = 0 ] && [ "$got" = "$want" ]; echo $?)" \
+    "SIGHUP: exit 75, resume, same final loss" \
+    "first exit $(cat "$tmp/h.rc"), resume exit $rc, loss '$got' want '$want'; $(tail -2 "$tmp/h2.err")"
 
 # Another config: refused, exit 2, the message names the key.
 "$HEARTH_TRAIN" "${ARGS[@]}" --set train.lr=0.5 --out "$tmp/b" --resume "$tmp/b" \

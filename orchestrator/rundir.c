@@ -68,8 +68,13 @@ int rundir_write_file(const char *path, const char *data, size_t len, int mode,
         }
         done += (size_t)n;
     }
-    /* The mode given to open() is filtered by the umask; a job script must be executable. */
-    if (fchmod(fd, (mode_t)mode) || close(fd) || rename(tmp, path)) {
+    /* The mode given to open() is filtered by the user's umask, which stays respected; a
+     * job script must still be executable (and readable) by its owner whatever the umask. */
+    struct stat st;
+    int fix = (mode & S_IXUSR) && fstat(fd, &st) == 0 &&
+              (st.st_mode & (S_IXUSR | S_IRUSR)) != (S_IXUSR | S_IRUSR);
+    if ((fix && fchmod(fd, (st.st_mode & 07777) | S_IXUSR | S_IRUSR)) || close(fd) ||
+        rename(tmp, path)) {
         int e = errno;
         unlink(tmp);
         return herr_set(err, HERR_IO, "%s: %s", path, strerror(e));

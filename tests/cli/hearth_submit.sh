@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 hearth_tmp submit
 make_trainer
 
-tap_plan 22
+tap_plan 23
 
 # 3 x 2 matrix, where drops one point -> 5 points.
 cat >s.yaml <<EOF
@@ -196,3 +196,16 @@ tap_check "usage errors: exit 2" usage_ok
 mkdir -p envdb
 HEARTH_DB="$T/envdb/e.db" "$HEARTH_ABS" submit f.yaml >envdb.out 2>&1
 tap_check "\$HEARTH_DB names the database; runs/ beside it" bash -c "[ -f '$T/envdb/e.db' ] && [ -f '$T/envdb/runs/fails/fails-1/exit_code' ]"
+
+# Files keep the user's umask: under umask 077 the run's files are the owner's alone, and
+# the job script stays executable by its owner.
+mkdir -p umaskdb
+(umask 077; HEARTH_DB="$T/umaskdb/u.db" "$HEARTH_ABS" submit f.yaml >umask.out 2>&1)
+umask_ok() {
+    local d=$T/umaskdb/runs/fails/fails-1
+    [ "$(stat -c %a "$d/run.yaml")" = 600 ] || { echo "run.yaml $(stat -c %a "$d/run.yaml")"; return 1; }
+    [ "$(stat -c %a "$d/job.json")" = 600 ] || { echo "job.json $(stat -c %a "$d/job.json")"; return 1; }
+    [ "$(stat -c %a "$d/job.sh")" = 700 ] || { echo "job.sh $(stat -c %a "$d/job.sh")"; return 1; }
+    [ -f "$d/exit_code" ] || { echo "the job did not run"; cat umask.out; return 1; }
+}
+tap_check "umask 077: run.yaml and job.json 0600, job.sh 0700, the job runs" umask_ok

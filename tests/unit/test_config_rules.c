@@ -38,6 +38,7 @@ static const rule_case cases[] = {
     { "ranks_match_layout", "model: tiny-vlm\nranks: 3\n", { "parallel.tp=2" }, "run.yaml:2:8: ranks" },
     { "ranks_match_layout", "model: tiny-vlm\n", { "ranks=4", "parallel.tp=2", "parallel.dp=3" }, "--set ranks" },
     { "nccl_needs_cuda", "model: tiny-vlm\ncomm: nccl\n", { 0 }, "run.yaml:2:7: comm" },
+    { "local_ranks_max", "model: tiny-vlm\n", { "ranks=100000" }, "--set ranks" },
     { "sp_needs_tp", "model: tiny-vlm\n", { "parallel.sp=true" }, "--set parallel.sp" },
     { "vpp_needs_pp", "model: tiny-vlm\n", { "parallel.vpp=2" }, "--set parallel.vpp" },
     { "layers_divisible_by_pp_vpp", "model: tiny-vlm\n", { "ranks=3", "parallel.pp=3" }, "--set parallel.pp" },

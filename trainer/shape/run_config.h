@@ -11,6 +11,8 @@
 
 typedef enum { DEVICE_CPU = 0, DEVICE_CUDA = 1 } device_kind;
 typedef enum { COMM_LOCAL = 0, COMM_NCCL = 1 } comm_kind;
+/* The most ranks comm local runs as threads of one process (rule local_ranks_max). */
+#define RUN_LOCAL_RANKS_MAX 1024
 typedef enum {
     ENC_UNIFORM = 0, ENC_HETERO_TP = 1, ENC_HETERO_DP = 2, ENC_FULL_SEPARATION = 3
 } encoder_strategy;

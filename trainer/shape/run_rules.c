@@ -63,6 +63,13 @@ int run_rules_check(const run_config *c, rule_issue *iss)
     if (c->comm == COMM_NCCL && c->device != DEVICE_CUDA)
         return fail(iss, "nccl_needs_cuda", "comm device",
                     "comm nccl needs device cuda (use comm local on cpu)");
+    /* comm local runs every rank as a thread of one process: refused here, before any
+     * thread starts, rather than after thousands of them */
+    if (c->comm == COMM_LOCAL && c->ranks > RUN_LOCAL_RANKS_MAX)
+        return fail(iss, "local_ranks_max", "ranks comm",
+                    "ranks %d with comm local: at most %d thread ranks in one process (use "
+                    "comm nccl, one process per GPU, for more)", c->ranks,
+                    RUN_LOCAL_RANKS_MAX);
     if (c->parallel.sp && tp < 2)
         return fail(iss, "sp_needs_tp", "parallel.sp parallel.tp",
                     "sequence parallelism needs tp > 1");

@@ -5,7 +5,12 @@
  *
  * probs p[E] = softmax(z[E]) (max subtracted, the sum in double); the K largest in
  * descending order by repeated selection (a strict '>' scanning upwards keeps the lower
- * index on ties) into idx[K]; w[K] = the chosen probabilities renormalised over them. */
+ * index on ties) into idx[K]; w[K] = the chosen probabilities renormalised over them.
+ *
+ * The backward of one token, from its probabilities p[E], choices idx[K], weights w[K],
+ * their gradient dw[K] (NULL: none) and a[E], the aux term of dL/dp (the same for every
+ * token).  With S = sum_j p_{i_j} and gw = sum_j dw_j w_j:
+ *   dp_e = a_e + [e = i_j] (dw_j - gw) / S,   dz_e += p_e (dp_e - sum_k p_k dp_k). */
 #ifndef HEARTH_MOE_ROUTE_H
 #define HEARTH_MOE_ROUTE_H
 
@@ -42,6 +47,31 @@ MOE_ROUTE_FN void moe_route_token(int *idx, float *w, float *p, const float *z, 
     }
     for (int j = 0; j < K; j++)
         w[j] = (float)(p[idx[j]] / chosen);
+}
+
+MOE_ROUTE_FN void moe_route_token_backward(float *dz, const float *p, const int *idx,
+                                           const float *w, const float *dw, const double *a,
+                                           int E, int K)
+{
+    double S = 0, gw = 0, dot = 0;
+    for (int j = 0; j < K; j++) {
+        S += p[idx[j]];
+        if (dw)
+            gw += (double)dw[j] * w[j];
+    }
+    for (int e = 0; e < E; e++)
+        dot += p[e] * a[e];
+    if (dw)
+        for (int j = 0; j < K; j++)
+            dot += p[idx[j]] * ((dw[j] - gw) / S);
+    for (int e = 0; e < E; e++) {
+        double dp = a[e];
+        if (dw)
+            for (int j = 0; j < K; j++)
+                if (idx[j] == e)
+                    dp += (dw[j] - gw) / S;
+        dz[e] += (float)(p[e] * (dp - dot));
+    }
 }
 
 #endif

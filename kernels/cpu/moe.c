@@ -57,32 +57,10 @@ void kcpu_moe_router_backward(float *dlogits, const float *dtopk_w, float daux,
             a[e] = (double)daux * E * (a[e] / N) / N;
     }
 #pragma omp parallel for schedule(static) if ((size_t)N * E >= 16384)
-    for (int t = 0; t < N; t++) {
-        const float *p = probs + (size_t)t * E;
-        const int *idx = topk_idx + (size_t)t * K;
-        const float *w = topk_w + (size_t)t * K;
-        const float *dw = dtopk_w ? dtopk_w + (size_t)t * K : NULL;
-        double S = 0, gw = 0, dot = 0;
-        for (int j = 0; j < K; j++) {
-            S += p[idx[j]];
-            if (dw)
-                gw += (double)dw[j] * w[j];
-        }
-        for (int e = 0; e < E; e++)
-            dot += p[e] * a[e];
-        if (dw)
-            for (int j = 0; j < K; j++)
-                dot += p[idx[j]] * ((dw[j] - gw) / S);
-        float *dz = dlogits + (size_t)t * E;
-        for (int e = 0; e < E; e++) {
-            double dp = a[e];
-            if (dw)
-                for (int j = 0; j < K; j++)
-                    if (idx[j] == e)
-                        dp += (dw[j] - gw) / S;
-            dz[e] += (float)(p[e] * (dp - dot));
-        }
-    }
+    for (int t = 0; t < N; t++)
+        moe_route_token_backward(dlogits + (size_t)t * E, probs + (size_t)t * E,
+                                 topk_idx + (size_t)t * K, topk_w + (size_t)t * K,
+                                 dtopk_w ? dtopk_w + (size_t)t * K : NULL, a, E, K);
 }
 
 /* Counting sort of the pairs by expert, stable in (token, slot) order. */

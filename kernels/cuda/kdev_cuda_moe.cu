@@ -89,9 +89,7 @@ __global__ void cuda_moe_aux_grad_kernel(double *a, float daux, const int *topk_
         a[e] = daux != 0.0f ? (double)daux * E * ((double)cnt[e] / N) / N : 0.0;
 }
 
-/* One thread per token: kcpu_moe_router_backward's loop.  With S = sum_j p_{i_j},
- * gw = sum_j dw_j w_j:  dp_e = a_e + [e = i_j] (dw_j - gw) / S,
- * dz_e += p_e (dp_e - sum_k p_k dp_k). */
+/* One thread per token: the reference's per-token backward (kernels/moe_route.h). */
 __global__ void cuda_moe_router_bwd_kernel(float *dlogits, const float *dtopk_w,
                                            const double *a, const float *probs,
                                            const int *topk_idx, const float *topk_w, int N,
@@ -100,30 +98,9 @@ __global__ void cuda_moe_router_bwd_kernel(float *dlogits, const float *dtopk_w,
     int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= N)
         return;
-    const float *p = probs + (size_t)t * E;
-    const int *idx = topk_idx + (size_t)t * K;
-    const float *w = topk_w + (size_t)t * K;
-    const float *dw = dtopk_w ? dtopk_w + (size_t)t * K : NULL;
-    double S = 0, gw = 0, dot = 0;
-    for (int j = 0; j < K; j++) {
-        S += p[idx[j]];
-        if (dw)
-            gw += (double)dw[j] * w[j];
-    }
-    for (int e = 0; e < E; e++)
-        dot += p[e] * a[e];
-    if (dw)
-        for (int j = 0; j < K; j++)
-            dot += p[idx[j]] * ((dw[j] - gw) / S);
-    float *dz = dlogits + (size_t)t * E;
-    for (int e = 0; e < E; e++) {
-        double dp = a[e];
-        if (dw)
-            for (int j = 0; j < K; j++)
-                if (idx[j] == e)
-                    dp += (dw[j] - gw) / S;
-        dz[e] += (float)(p[e] * (dp - dot));
-    }
+    moe_route_token_backward(dlogits + (size_t)t * E, probs + (size_t)t * E,
+                             topk_idx + (size_t)t * K, topk_w + (size_t)t * K,
+                             dtopk_w ? dtopk_w + (size_t)t * K : NULL, a, E, K);
 }
 
 static int cuda_moe_args(kdev *d, const char *op, int N, int E, int K)

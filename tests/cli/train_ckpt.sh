@@ -68,23 +68,21 @@ tap_result "$([ -n "$want" ] && [ "$got" = "$want" ]; echo $?)" \
 tap_result "$([ "$(json_steps "$tmp/a")" = "$(seq -s ' ' 1 $STEPS) " ]; echo $?)" \
     "metrics.jsonl: each step once" "steps: $(json_steps "$tmp/a")"
 
-# SIGUSR2 with checkpoint_every 0: the signal alone writes the checkpoint.
-run_until_signal "$tmp/b" USR2 2
-"$HEARTH_TRAIN" "${ARGS[@]}" --out "$tmp/b" --resume "$tmp/b" >/dev/null 2>"$tmp/b2.err"
-rc=$?
-got=$(final_loss "$tmp/b")
-tap_result "$([ "$(cat "$tmp/b.rc")" = 75 ] && [ $rc = 0 ] && [ "$got" = "$want" ]; echo $?)" \
-    "SIGUSR2 without checkpoint_every: exit 75, resume, same final loss" \
-    "first exit $(cat "$tmp/b.rc"), resume exit $rc, loss '$got' want '$want'; $(tail -2 "$tmp/b2.err")"
-
-# SIGHUP (the terminal went away) likewise: a checkpoint, exit 75, and the resume is exact.
-run_until_signal "$tmp/h" HUP 2
-"$HEARTH_TRAIN" "${ARGS[@]}" --out "$tmp/h" --resume "$tmp/h" >/dev/null 2>"$tmp/h2.err"
-rc=$?
-got=$(final_loss "$tmp/h")
-tap_result "$([ "$(cat "$tmp/h.rc")" = 75 ] && [ $rc = 0 ] && [ "$got" = "$want" ]; echo $?)" \
-    "SIGHUP: exit 75, resume, same final loss" \
-    "first exit $(cat "$tmp/h.rc"), resume exit $rc, loss '$got' want '$want'; $(tail -2 "$tmp/h2.err")"
+# signal_resume DIR SIG NAME: SIG (without checkpoint_every: the signal alone writes the
+# checkpoint) gives exit 75, and --resume finishes with the uninterrupted final loss.
+signal_resume() {
+    local dir=$1 sig=$2 name=$3 rc got
+    run_until_signal "$dir" "$sig" 2
+    "$HEARTH_TRAIN" "${ARGS[@]}" --out "$dir" --resume "$dir" >/dev/null 2>"$dir.resume.err"
+    rc=$?
+    got=$(final_loss "$dir")
+    tap_result "$([ "$(cat "$dir.rc")" = 75 ] && [ $rc = 0 ] && [ "$got" = "$want" ]; echo $?)" \
+        "$name: exit 75, resume, same final loss" \
+        "first exit $(cat "$dir.rc"), resume exit $rc, loss '$got' want '$want'; $(tail -2 "$dir.resume.err")"
+}
+signal_resume "$tmp/b" USR2 "SIGUSR2 without checkpoint_every"
+# SIGHUP (the terminal went away) likewise.
+signal_resume "$tmp/h" HUP "SIGHUP"
 
 # Another config: refused, exit 2, the message names the key.
 "$HEARTH_TRAIN" "${ARGS[@]}" --set train.lr=0.5 --out "$tmp/b" --resume "$tmp/b" \

@@ -182,7 +182,8 @@ int kdev_gelu_backward(kdev *d, float *dinp, const float *dout, const float *inp
  *             sums[n + r] = logits[r, targets[r] - v0] (as double) when the target falls in
  *             the slice, else 0.
  *   grad:     dlogits[r, j] = (float)(dl * (p - [j == targets[r] - v0])), p =
- *             exp((double)logits[r, j] - lse[r]); WRITTEN, not added.
+ *             exp((double)logits[r, j] - lse[r]); WRITTEN, not added; dlogits may be
+ *             logits itself (each element is read before it is written).
  * mx, sums, lse and targets are device arrays. */
 int kdev_ce_rowmax(kdev *d, float *mx, const float *logits, int n, int Vl);
 int kdev_ce_rowsum(kdev *d, double *sums, const float *logits, const float *mx,

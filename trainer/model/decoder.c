@@ -27,10 +27,14 @@
 
 #include "model/internal.h"
 
-/* Logits held at once by the head: 16 MiB on the cpu; on a GPU 256 MiB, since every
- * chunk costs a host round trip for its loss and small GEMMs leave the GPU idle. */
+/* Logits held at once by the head: 16 MiB on the cpu; on a GPU 4 GiB, so that a micro
+ * batch's rows fit one chunk (GPT-2's 16 x 1024 rows of 50257, the Qwen2.5-VL-3B shape's
+ * 4096 of 151936): with several chunks the backward computes every chunk's logits a
+ * second time (one more LM-head GEMM over the micro batch), and small chunks leave the
+ * GPU idle.  The gradient is written over the logits (head.c), so this is the head's
+ * only vocabulary-wide buffer. */
 #define HEAD_CHUNK_FLOATS (1 << 22)
-#define HEAD_CHUNK_FLOATS_GPU (1 << 26)
+#define HEAD_CHUNK_FLOATS_GPU (1 << 30)
 
 static int head_chunk(const kdev *dev, int vocab)
 {
@@ -89,7 +93,7 @@ static void take(decoder_part *d, dec_arenas *a, int N, int Nf, int chunk)
     a->doubles = n + 2 * ch;
     if (!d->has_head) {
         d->hl = d->hf = d->meanf = d->rstdf = d->dhf = d->dhl = NULL;
-        d->hc = d->dhc = d->logits = d->dlogits = d->losses = d->cmax = NULL;
+        d->hc = d->dhc = d->logits = d->losses = d->cmax = NULL;
         return;
     }
     d->hf = fa_take(fa, n * c->H);
@@ -101,7 +105,6 @@ static void take(decoder_part *d, dec_arenas *a, int N, int Nf, int chunk)
     d->hc = fa_take(fa, ch * c->H);
     d->dhc = fa_take(fa, ch * c->H);
     d->logits = fa_take(fa, ch * V);
-    d->dlogits = fa_take(fa, ch * V);
     d->losses = fa_take(fa, n);
     d->cmax = fa_take(fa, ch);
 }

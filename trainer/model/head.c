@@ -78,11 +78,12 @@ int head_backward(decoder_part *d, float loss_scale, hearth_err *err)
         int n = nt - r0 < chunk ? nt - r0 : chunk;
         if (d->n_chunks > 1 && (rc = chunk_logits(d, r0, n, err)))
             return rc;
-        kdev_ce_grad(dev, d->dlogits, d->logits, d->lse_d + r0, d->ttgt_d + r0, d->v0,
+        /* the gradient over the logits: each element is read before it is written */
+        kdev_ce_grad(dev, d->logits, d->logits, d->lse_d + r0, d->ttgt_d + r0, d->v0,
                      (double)loss_scale, n, Vl);
         kdev_zero(dev, d->dhc, (size_t)n * H * sizeof(float));
         if ((rc = fp8_linear_backward(dev, d->head_fp8, FP8_LM_HEAD, 0, d->dhc, d->head_gw,
-                                      NULL, d->dlogits, d->hc, d->head_w, n, H, Vl, err)))
+                                      NULL, d->logits, d->hc, d->head_w, n, H, Vl, err)))
             return rc;
         kdev_scatter_rows(dev, d->dhf, d->dhc, d->trow_d + r0, n, H);
     }

@@ -456,7 +456,7 @@ typedef struct {
     float *pbuf;                    /* learned positions: [N, H] the rows to add */
     float *hl, *hf, *meanf, *rstdf; /* final norm output (local rows, gathered), stats */
     float *dhf, *dhl;               /* [N, H] head input gradient, its local rows */
-    float *hc, *logits, *dlogits, *dhc;    /* head chunk buffers */
+    float *hc, *logits, *dhc;    /* head chunk buffers (the backward's dlogits: logits) */
     float *losses;                  /* [N] the loss of every target row */
     float *cmax;                    /* [chunk] row maxima */
     double *lse_d;                  /* [N] log-sum-exp of every target row */

@@ -200,9 +200,9 @@ void mp_moe_exchange(mp_elems *el, const mp_stack *st, int L, int first, int64_t
 void mp_stage_buffers(mp_elems *el, const mp_stack *st, int has_head, int64_t N, int64_t Nf,
                       int64_t Nl, int64_t Vl, int64_t Vmax)
 {
-    /* decoder.c head_chunk: 2^22 (gpu: 2^26) floats of logits per chunk of the largest
+    /* decoder.c head_chunk: 2^22 (gpu: 2^30) floats of logits per chunk of the largest
      * slice */
-    int64_t ch = (((int64_t)1 << (st->gpu ? 26 : 22)) / (Vmax > 0 ? Vmax : 1));
+    int64_t ch = (((int64_t)1 << (st->gpu ? 30 : 22)) / (Vmax > 0 ? Vmax : 1));
     if (ch < 1)
         ch = 1;
     if (ch > N)
@@ -250,7 +250,7 @@ void mp_stage_buffers(mp_elems *el, const mp_stack *st, int has_head, int64_t N,
         addf(el, MEM_STAGE, nl * st->H, 0);
     addf(el, MEM_LOGITS, ch * st->H, 0);
     addf(el, MEM_LOGITS, ch * st->H, 0);
-    el->logit_floats += r16(ch * Vl) + r16(ch * Vl) + r16(n) + r16(ch);
+    el->logit_floats += r16(ch * Vl) + r16(n) + r16(ch);
 }
 
 void mp_encode_buffers(mp_elems *el, const mp_stack *st, const model_shape *m, int64_t P,

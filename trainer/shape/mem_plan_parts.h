@@ -27,7 +27,7 @@ typedef struct {
     int64_t f[MEM_CATEGORIES];
     int64_t i[MEM_CATEGORIES];
     int64_t lse_doubles;
-    int64_t logit_floats;   /* logits, dlogits, losses, cmax: fp32 on every device */
+    int64_t logit_floats;   /* logits (dlogits in place), losses, cmax: fp32 everywhere */
     int64_t arena_floats;   /* the block arenas (model_stack_activation_bytes / 4) */
 } mp_elems;
 

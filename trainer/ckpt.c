@@ -228,6 +228,31 @@ static int prune(const char *root, int keep, int current, hearth_err *err)
     return rc;
 }
 
+int ckpt_remove_all(const char *run_dir, hearth_err *err)
+{
+    char root[4200], path[4500];
+    if (snprintf(root, sizeof root, "%s/checkpoints", run_dir) >= (int)sizeof root)
+        return herr_set(err, HERR_IO, "%s: path too long", run_dir);
+    snprintf(path, sizeof path, "%s/" CKPT_LATEST, root);
+    if (unlink(path) && errno != ENOENT && errno != ENOTDIR)
+        return herr_set(err, HERR_IO, "%s: cannot remove: %s", path, strerror(errno));
+    DIR *d = opendir(root);
+    if (!d)
+        return errno == ENOENT || errno == ENOTDIR
+                   ? 0 : herr_set(err, HERR_IO, "%s: cannot open: %s", root, strerror(errno));
+    int rc = 0;
+    struct dirent *e;
+    while (!rc && (e = readdir(d)))
+        if (!strncmp(e->d_name, "step-", 5)) {
+            snprintf(path, sizeof path, "%s/%s", root, e->d_name);
+            rc = remove_flat_dir(path, err);
+        }
+    closedir(d);
+    if (!rc && rmdir(root) && errno != ENOTEMPTY && errno != EEXIST)
+        rc = herr_set(err, HERR_IO, "%s: cannot remove: %s", root, strerror(errno));
+    return rc;
+}
+
 int ckpt_write(const char *run_dir, trainer *tr, const run_config *cfg,
                const char *config_hash, const run_summary *sum, const ckpt_write_opts *opts,
                char *out, size_t out_n, hearth_err *err)

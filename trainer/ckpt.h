@@ -58,11 +58,23 @@ int ckpt_write(const char *run_dir, trainer *tr, const run_config *cfg,
  * the one path/checkpoints/latest names.  HERR_CONFIG when it is neither. */
 int ckpt_resolve(const char *path, char *out, size_t n, hearth_err *err);
 
+/* The run config the checkpoint in dir was written with (its manifest's resolved config),
+ * with the overrides applied on top: what --resume trains when no --config is given.
+ * HERR_CONFIG for a manifest without a usable config or a bad override. */
+int ckpt_read_config(const char *dir, const config_override *ovr, int n_ovr, run_config *out,
+                     hearth_err *err);
+
 /* Validates the checkpoint in dir against cfg and tr (created from cfg), loads it into
  * tr and appends its summary steps to sum (initialised, empty); *step = the step it
  * holds.  HERR_CONFIG for a checkpoint that does not fit (other config, layout, a bad
  * or missing file), HERR_IO when a file cannot be read.  On error tr must be freed. */
 int ckpt_read(const char *dir, trainer *tr, const run_config *cfg, run_summary *sum,
               int *step, hearth_err *err);
+
+/* Removes run_dir/checkpoints: `latest` first (so that it never names a removed
+ * checkpoint), then every step-* directory, then the directory itself unless it holds
+ * something else.  For a run that replaces an earlier one (hearth-train --force): its
+ * checkpoints must not be resumed as the new run's.  A missing directory is fine. */
+int ckpt_remove_all(const char *run_dir, hearth_err *err);
 
 #endif

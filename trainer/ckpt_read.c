@@ -202,19 +202,51 @@ static int restore_summary(const char *mpath, json_t *m, run_summary *sum, int s
     return 0;
 }
 
-int ckpt_read(const char *dir, trainer *tr, const run_config *cfg, run_summary *sum,
-              int *step, hearth_err *err)
+/* Parses dir's manifest.json into *m (the caller decrefs); mpath gets its path. */
+static int manifest_load(const char *dir, char *mpath, size_t n, json_t **m, hearth_err *err)
 {
-    char mpath[4400];
-    snprintf(mpath, sizeof mpath, "%s/" CKPT_MANIFEST, dir);
+    if (snprintf(mpath, n, "%s/" CKPT_MANIFEST, dir) >= (int)n)
+        return herr_set(err, HERR_IO, "%s: path too long", dir);
     json_error_t je;
-    json_t *m = json_load_file(mpath, 0, &je);
-    if (!m)
+    *m = json_load_file(mpath, 0, &je);
+    if (!*m)
         return is_file(mpath)
                    ? herr_set(err, HERR_CONFIG, "%s:%d:%d: not valid JSON: %s", mpath,
                               je.line, je.column, je.text)
                    : herr_set(err, HERR_CONFIG, "%s: missing", mpath);
-    int rc = 0;
+    return 0;
+}
+
+int ckpt_read_config(const char *dir, const config_override *ovr, int n_ovr, run_config *out,
+                     hearth_err *err)
+{
+    char mpath[4400];
+    json_t *m = NULL;
+    int rc = manifest_load(dir, mpath, sizeof mpath, &m, err);
+    if (rc)
+        return rc;
+    json_t *saved = json_object_get(m, "config");
+    /* Reals with 17 digits read back to the same doubles, so the config hashes as saved. */
+    char *text = json_is_object(saved)
+                     ? json_dumps(saved, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17))
+                     : NULL;
+    json_decref(m);
+    if (!text)
+        return herr_set(err, HERR_CONFIG, "%s: config: missing (the run config the checkpoint "
+                        "was written with)", mpath);
+    rc = run_config_parse(out, mpath, text, ovr, n_ovr, 0, err);
+    free(text);
+    return rc;
+}
+
+int ckpt_read(const char *dir, trainer *tr, const run_config *cfg, run_summary *sum,
+              int *step, hearth_err *err)
+{
+    char mpath[4400];
+    json_t *m = NULL;
+    int rc = manifest_load(dir, mpath, sizeof mpath, &m, err);
+    if (rc)
+        return rc;
     const char *fmt = json_string_value(json_object_get(m, "format"));
     json_t *ver = json_object_get(m, "version"), *js = json_object_get(m, "step"),
            *jr = json_object_get(m, "ranks");

@@ -5,9 +5,11 @@
 
 void cli_usage(FILE *f)
 {
-    fputs("usage: hearth-train --config FILE --out DIR [--set KEY=VALUE]... [--resume DIR]\n"
+    fputs("usage: hearth-train --config FILE --out DIR [--set KEY=VALUE]...\n"
+          "                    [--resume DIR | --force]\n"
           "                    [--init-from HF_DIR] [--export-hf DIR [--export-dtype T]]\n"
           "       hearth-train --set model=PRESET [--set KEY=VALUE]... --out DIR\n"
+          "       hearth-train --resume RUN_DIR --out RUN_DIR [--set KEY=VALUE]...\n"
           "       hearth-train --plan-memory [--config FILE] [--set KEY=VALUE]...\n"
           "       hearth-train --check-bootstrap\n"
           "       hearth-train --help | --version\n"
@@ -15,13 +17,22 @@ void cli_usage(FILE *f)
           "Trains the model described by the run config FILE (YAML) and writes\n"
           "DIR/metrics.jsonl, DIR/result.json, DIR/config.json and DIR/train.log.\n"
           "\n"
-          "  --config FILE      run config (optional when --set names the model)\n"
-          "  --out DIR          run directory, created if missing\n"
+          "  --config FILE      run config (optional when --set names the model, or with\n"
+          "                     --resume: then the checkpoint's own config)\n"
+          "  --out DIR          run directory, created if missing; one that holds an\n"
+          "                     earlier run's results (result.json, metrics.jsonl or\n"
+          "                     checkpoints/latest) is refused unless --resume or --force.\n"
+          "                     A run refused for its config, its directory or its\n"
+          "                     checkpoint writes nothing\n"
           "  --set KEY=VALUE    override a config key, dotted (train.steps=10); repeatable,\n"
           "                     applied in order after the file\n"
           "  --resume DIR       continue from a checkpoint: DIR is a checkpoint directory\n"
           "                     or a run directory (its checkpoints/latest); the config\n"
-          "                     must be the checkpoint's (docs/checkpoints.md)\n"
+          "                     must be the checkpoint's, which is used when no --config\n"
+          "                     is given (docs/checkpoints.md)\n"
+          "  --force            replace the results of an earlier run in DIR: its\n"
+          "                     result.json and checkpoints are removed when training\n"
+          "                     starts, metrics.jsonl and config.json are rewritten\n"
           "  --init-from DIR    start from a Hugging Face Qwen2.5-VL checkpoint (config.json\n"
           "                     and safetensors, sharded or not); its config must match\n"
           "                     the run's model shape\n"
@@ -151,6 +162,8 @@ int cli_parse(cli_args *a, int argc, char **argv, hearth_err *err)
             a->version = 1;
         } else if (!strcmp(arg, "--check-bootstrap")) {
             a->check_bootstrap = 1;
+        } else if (!strcmp(arg, "--force")) {
+            a->force = 1;
         } else if (!strcmp(arg, "--plan-memory")) {
             a->plan_memory = 1;
         } else if (!strcmp(arg, "--capabilities")) {
@@ -177,12 +190,12 @@ int cli_parse(cli_args *a, int argc, char **argv, hearth_err *err)
         return 0;
     }
     if (a->check_bootstrap) {
-        if (a->config || a->out_dir || a->n_ovr || a->resume || a->plan_memory)
+        if (a->config || a->out_dir || a->n_ovr || a->resume || a->force || a->plan_memory)
             return herr_set(err, HERR_CONFIG, "--check-bootstrap: takes no other option");
         return 0;
     }
     if (a->plan_memory) {
-        if (a->resume || a->init_from || a->export_hf || a->export_dtype)
+        if (a->resume || a->force || a->init_from || a->export_hf || a->export_dtype)
             return herr_set(err, HERR_CONFIG, "--plan-memory: takes only --config and --set "
                             "(and ignores --out)");
         if (!a->config && a->n_ovr == 0)
@@ -197,8 +210,11 @@ int cli_parse(cli_args *a, int argc, char **argv, hearth_err *err)
                         a->export_dtype);
     if (a->export_dtype && !a->export_hf)
         return herr_set(err, HERR_CONFIG, "--export-dtype: needs --export-hf DIR");
-    if (!a->config && a->n_ovr == 0)
+    if (a->force && a->resume)
+        return herr_set(err, HERR_CONFIG, "--force: not with --resume (a resumed run "
+                        "continues the results in its directory)");
+    if (!a->config && a->n_ovr == 0 && !a->resume)
         return herr_set(err, HERR_CONFIG, "--config: missing (give a run config, or at "
-                        "least --set model=PRESET)");
+                        "least --set model=PRESET, or --resume a checkpoint)");
     return 0;
 }

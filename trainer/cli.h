@@ -3,6 +3,8 @@
  *   hearth-train --config FILE --out DIR [--set KEY=VALUE]...
  *   hearth-train --set model=tiny-vlm --out DIR          (no file: overrides only)
  *   hearth-train ... --resume DIR                         (continue from a checkpoint)
+ *   hearth-train --resume RUN_DIR --out RUN_DIR           (the checkpoint's own config)
+ *   hearth-train ... --force                              (replace DIR's earlier results)
  *   hearth-train ... --init-from HF_DIR --export-hf DIR   (Hugging Face checkpoints)
  *   hearth-train --plan-memory --config FILE [--set KEY=VALUE]...  (plan_memory.h)
  *   hearth-train --check-bootstrap                        (see bootstrap.h)
@@ -18,7 +20,8 @@
 #include "shape/run_config.h"
 
 typedef struct {
-    const char *config;        /* borrowed from argv; NULL = overrides only */
+    const char *config;        /* borrowed from argv; NULL = overrides only, or with
+                                  --resume the checkpoint's config plus overrides */
     const char *out_dir;       /* borrowed from argv */
     const char *resume;        /* --resume DIR (run or checkpoint directory); borrowed */
     const char *init_from;     /* --init-from DIR (Hugging Face checkpoint); borrowed */
@@ -28,6 +31,8 @@ typedef struct {
     int n_ovr;
     char **ovr_text;           /* [n_ovr] malloc'd copies "KEY\0VALUE" */
     int help, version;
+    int force;                 /* --force: replace the results of an earlier run in
+                                  --out (refused without it, or --resume) */
     int check_bootstrap;       /* --check-bootstrap: no --out or config needed */
     int capabilities;          /* --capabilities: print what the build runs, exit */
     int plan_memory;           /* --plan-memory: print the memory plan, train nothing;

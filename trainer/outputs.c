@@ -36,6 +36,20 @@ int outputs_mkdir_p(const char *dir, hearth_err *err)
     return 0;
 }
 
+const char *outputs_earlier_results(const char *dir)
+{
+    static const char *const names[] = { "result.json", "metrics.jsonl",
+                                         "checkpoints/latest" };
+    char path[4096];
+    struct stat sb;
+    /* Empty files are what a run that died before its first step leaves: nothing to lose. */
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) < (int)sizeof path &&
+            stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0)
+            return names[i];
+    return NULL;
+}
+
 int outputs_write_atomic(const char *dir, const char *name, const char *text, hearth_err *err)
 {
     char tmp[4096], dst[4096];

@@ -16,6 +16,11 @@
 
 /* Creates dir and missing parents. */
 int outputs_mkdir_p(const char *dir, hearth_err *err);
+/* What shows that DIR holds an earlier run's results: the name of the first of a
+ * non-empty result.json, metrics.jsonl or checkpoints/latest in it ("result.json", ...),
+ * or NULL when it holds none of them (or does not exist).  hearth-train refuses such a
+ * directory unless told to continue that run (--resume) or to replace it (--force). */
+const char *outputs_earlier_results(const char *dir);
 /* Writes DIR/NAME through DIR/.NAME.tmp: write, fsync, rename, fsync DIR, so that
  * readers see the old file or the whole new one. */
 int outputs_write_atomic(const char *dir, const char *name, const char *text, hearth_err *err);

@@ -1,9 +1,12 @@
 /* run.h - one hearth-train run from parsed arguments to exit status: run directory and
  * log, config, the training loop, metrics.jsonl / config.json / result.json.
  *
- * A config that cannot be used (unknown key, wrong type, impossible shape, missing
- * preset, bad --set, unsupported device or layout) leaves only DIR/train.log, holding
- * the same message as stderr: no metrics.jsonl, no config.json, no result.json. */
+ * Nothing is written until the run is accepted: a config that cannot be used (unknown
+ * key, wrong type, impossible shape, missing preset, bad --set, unsupported device or
+ * layout), a run directory that holds an earlier run's results without --resume or
+ * --force, a checkpoint that does not fit the run and a bad --init-from are reported on
+ * stderr only; the directory is not created and an existing one is left as it was (its
+ * train.log, config.json and metrics.jsonl included). */
 #ifndef HEARTH_RUN_H
 #define HEARTH_RUN_H
 

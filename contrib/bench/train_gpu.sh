@@ -39,13 +39,14 @@ print(f"{name:10s} {r['step_ms_median']:10.1f} {r['tokens_per_s']:12.0f} {mfu:7.
 EOF
 }
 
+# $out persists between runs of this script: each run's directories replace the last's.
 # GPT-2 124M: hearth (activations stored in fp32 in this version) and torch.compile.
 GPT2=(--set model=gpt2-124m --set device=cuda --set train.seq_len=1024
       --set train.global_batch=64 --set train.micro_batch="$MICRO" --set train.measure_from=2
       --set train.lr=6e-4)
-"$train" "${GPT2[@]}" --set train.steps="$STEPS" --out "$out/gpt2" \
+"$train" "${GPT2[@]}" --set train.steps="$STEPS" --out "$out/gpt2" --force \
     >"$out/gpt2.out" 2>"$out/gpt2.err" || status=1
-"$train" "${GPT2[@]}" --set train.steps=3 --set precision.compute=fp32 --out "$out/gpt2-fp32" \
+"$train" "${GPT2[@]}" --set train.steps=3 --set precision.compute=fp32 --out "$out/gpt2-fp32" --force \
     >"$out/gpt2-fp32.out" 2>"$out/gpt2-fp32.err" || status=1
 python3 contrib/bench/gpt2_torch.py --batch 64 --micro "$MICRO" --seq 1024 \
     --steps "$STEPS" --peak "$PEAK" >"$out/gpt2_torch.log" 2>&1 || status=1
@@ -55,7 +56,7 @@ python3 contrib/bench/gpt2_torch.py --batch 64 --micro "$MICRO" --seq 1024 \
     --set train.global_batch=1 --set train.micro_batch=1 --set train.steps=3 \
     --set train.measure_from=2 --set train.recompute=full \
     --set data.images_min=4 --set data.images_max=4 \
-    --set data.image_px_min=448 --set data.image_px_max=448 --out "$out/qwen3b" \
+    --set data.image_px_min=448 --set data.image_px_max=448 --out "$out/qwen3b" --force \
     >"$out/qwen3b.out" 2>"$out/qwen3b.err" || status=1
 
 echo "hearth-train device=cuda, one GPU ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)); MFU over $PEAK TFLOP/s"

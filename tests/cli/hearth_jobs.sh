@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 hearth_tmp jobs
 make_trainer
 
-tap_plan 11
+tap_plan 12
 
 # ---- timeout ----
 cat >t.yaml <<EOF
@@ -62,6 +62,37 @@ EOF
 run_h re2 submit r2.yaml
 rm -f fail
 tap_check "retries used up: failed after 1 + retries attempts" bash -c "[ \"\$(cat '$T/re2.rc')\" = 1 ] && [ \"\$(sqlite3 -cmd '.timeout 10000' '$T/h.db' \"select state, attempts from runs where run_id = 'retry-out-1'\")\" = 'failed|2' ]"
+
+# ---- a preempted attempt without a checkpoint ----
+# The trainer's outputs stay in place after exit 75 (for its checkpoint); with none, the
+# next attempt starts afresh and must be let to replace them (--force): hearth-train
+# refuses a run directory holding results otherwise.
+cat >"$T/preempt_once.sh" <<EOF
+#!/bin/bash
+"$TRAIN_ABS" "\$@" || exit
+[ -e "\$HEARTH_RUN_DIR/.preempted" ] && exit 0
+: >"\$HEARTH_RUN_DIR/.preempted"
+exit 75
+EOF
+chmod +x "$T/preempt_once.sh"
+cat >p.yaml <<EOF
+name: preempt
+trainer: ./preempt_once.sh
+$TINY_BASE
+retries: 1
+EOF
+run_h pre submit p.yaml
+preempt_ok() {
+    local d=runs/preempt/preempt-1
+    rc_is pre 0 || return 1
+    [ "$(sql "select state, attempts from runs where run_id = 'preempt-1'")" = "completed|2" ] ||
+        { sql "select run_id, state, attempts, exit_code from runs"; cat "$d/stderr.log"; return 1; }
+    [ "$(cat "$d/attempt-1/exit_code")" = 75 ] && [ ! -e "$d/checkpoints" ] &&
+        [ "$(grep -c '"step"' "$d/metrics.jsonl")" = 3 ] &&
+        grep -q -- '--force: the results of the earlier run' "$d/train.log" ||
+        { cat "$d/stderr.log"; return 1; }
+}
+tap_check "an attempt preempted (exit 75) without a checkpoint: the next one starts afresh over its outputs" preempt_ok
 
 # ---- logs ----
 run_h logs logs retry-1

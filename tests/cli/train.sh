@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hearth-train end to end: a good tiny run and its outputs, every class of bad config
-# (exit 2, message, nothing but the log in the run directory), divergence (exit 3),
-# runtime failure (exit 1), --help and --version.
+# (exit 2, message, no run directory created), a run directory holding an earlier run's
+# results (refused and left as it was, unless --force), divergence (exit 3), runtime
+# failure (exit 1), --help and --version.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/cli/lib.sh
@@ -99,27 +100,69 @@ same_losses() {
          <(grep -o '"loss":[^,]*' "$tmp/good2-out/metrics.jsonl")
 }
 
-# only_log NAME: the run dir holds train.log and nothing else, train.log has the message.
-only_log() {
+# no_dir NAME: the run directory was not created.
+no_dir() {
     local d=$tmp/$1-out
-    [ -d "$d" ] || { echo "$d was not created"; return 1; }
-    [ "$(ls -A "$d")" = "train.log" ] || { echo "run dir holds: $(ls -A "$d")"; return 1; }
+    [ ! -e "$d" ] || { echo "$d was created, holding: $(ls -A "$d")"; return 1; }
 }
 
-# bad_config NAME PATTERN: exit 2, PATTERN (grep -E) on stderr and in train.log, only the log.
+# bad_config NAME PATTERN: exit 2, PATTERN (grep -E) on stderr, nothing written.
 bad_config() {
     expect_rc "$1" 2 || return 1
     grep -Eq -- "$2" "$tmp/$1.err" || { echo "stderr lacks /$2/:"; cat "$tmp/$1.err"; return 1; }
-    only_log "$1" || return 1
-    grep -Eq -- "$2" "$tmp/$1-out/train.log" || { echo "train.log lacks /$2/"; return 1; }
+    no_dir "$1"
 }
 
-tap_plan 23
+# snapshot DIR: every file under DIR with its sha256, to see that nothing changed.
+snapshot() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
+
+tap_plan 27
 
 run good --config "$tmp/good.yaml" --out "$tmp/good-out"
 tap_check "good run: exit 0, metrics.jsonl (5 lines, all keys), result.json (all keys), logs" good_run
 run good2 --config "$tmp/good.yaml" --out "$tmp/good2-out"
 tap_check "same config twice: bitwise-identical losses" same_losses
+
+# The same directory again: an earlier run's results are not replaced by accident.  A
+# refused run (for the directory, or for its config) leaves every file as it was.
+before=$(snapshot "$tmp/good-out")
+run again --config "$tmp/good.yaml" --set train.steps=2 --out "$tmp/good-out"
+refused_again() {
+    expect_rc again 2 || return 1
+    grep -q -- "--out $tmp/good-out: holds the results of an earlier run (result.json): --resume $tmp/good-out continues that run, --force replaces its results" "$tmp/again.err" ||
+        { cat "$tmp/again.err"; return 1; }
+    [ "$(snapshot "$tmp/good-out")" = "$before" ] || { echo "the earlier run's files changed"; return 1; }
+}
+tap_check "--out holding an earlier run's results: exit 2, names --resume and --force, changes nothing" refused_again
+run againbad --config "$tmp/good.yaml" --set train.stepz=2 --force --out "$tmp/good-out"
+refused_config() {
+    expect_rc againbad 2 && grep -q "train.stepz" "$tmp/againbad.err" &&
+        [ "$(snapshot "$tmp/good-out")" = "$before" ] || { echo "the earlier run's files changed"; return 1; }
+}
+tap_check "a bad config with --force into an earlier run: exit 2, changes nothing" refused_config
+# A run that died before its first step leaves nothing to lose: no --force needed.
+mkdir -p "$tmp/empty-out"
+: >"$tmp/empty-out/metrics.jsonl"
+echo "earlier" >"$tmp/empty-out/train.log"
+run empty --config "$tmp/good.yaml" --set train.steps=2 --out "$tmp/empty-out"
+empty_ok() {
+    expect_rc empty 0 && metrics_ok "$tmp/empty-out/metrics.jsonl" 2 &&
+        [ "$(head -1 "$tmp/empty-out/train.log")" = earlier ]
+}
+tap_check "an empty metrics.jsonl is no earlier result: the run goes ahead, train.log appended" empty_ok
+# --force: the earlier run's results are replaced, its checkpoints removed.
+mkdir -p "$tmp/good-out/checkpoints/step-00000003"
+echo step-00000003 >"$tmp/good-out/checkpoints/latest"
+run force --config "$tmp/good.yaml" --set train.steps=2 --force --out "$tmp/good-out"
+forced() {
+    expect_rc force 0 && metrics_ok "$tmp/good-out/metrics.jsonl" 2 &&
+        result_ok "$tmp/good-out/result.json" done || return 1
+    grep -q '"steps": 2,' "$tmp/good-out/result.json" || { echo "steps is not 2"; return 1; }
+    [ ! -e "$tmp/good-out/checkpoints" ] || { echo "the earlier checkpoints are left"; return 1; }
+    grep -q "^--force: the results of the earlier run in $tmp/good-out are replaced" "$tmp/good-out/train.log" &&
+        grep -q "^step 5/5 loss " "$tmp/good-out/train.log"   # the earlier run's log is kept
+}
+tap_check "--force: the earlier results replaced (2 steps now), its checkpoints removed, train.log appended" forced
 
 run setonly --set model=tiny-vlm --set train.steps=2 "${TINY[@]}" --out "$tmp/setonly-out/nested"
 setonly() { expect_rc setonly 0 && metrics_ok "$tmp/setonly-out/nested/metrics.jsonl" 2 &&
@@ -129,24 +172,24 @@ tap_check "--set only (no --config), nested --out created" setonly
 # Unknown key: line 3, column 3 of the file.
 printf 'model: tiny-vlm\ntrain:\n  stepz: 3\n' >"$tmp/unknown.yaml"
 run unknown --config "$tmp/unknown.yaml" --out "$tmp/unknown-out"
-tap_check "unknown key: exit 2, FILE:LINE:COL, only the log" bad_config unknown "unknown\.yaml:3:3: .*stepz"
+tap_check "unknown key: exit 2, FILE:LINE:COL, nothing written" bad_config unknown "unknown\.yaml:3:3: .*stepz"
 
 printf 'model: tiny-vlm\ntrain:\n  steps: many\n' >"$tmp/type.yaml"
 run type --config "$tmp/type.yaml" --out "$tmp/type-out"
-tap_check "wrong type: exit 2, names the key, only the log" bad_config type "type\.yaml:3:[0-9]+: train\.steps"
+tap_check "wrong type: exit 2, names the key, nothing written" bad_config type "type\.yaml:3:[0-9]+: train\.steps"
 
 run shape --config "$tmp/good.yaml" --set model.decoder.kv_heads=3 --out "$tmp/shape-out"
-tap_check "impossible shape: exit 2, names the key, only the log" bad_config shape "kv_heads"
+tap_check "impossible shape: exit 2, names the key, nothing written" bad_config shape "kv_heads"
 
 printf 'model: no-such-model\n' >"$tmp/preset.yaml"
 run preset --config "$tmp/preset.yaml" --out "$tmp/preset-out"
-tap_check "missing preset: exit 2, names it, only the log" bad_config preset "no-such-model"
+tap_check "missing preset: exit 2, names it, nothing written" bad_config preset "no-such-model"
 
 run setkey --config "$tmp/good.yaml" --set train.nope=1 --out "$tmp/setkey-out"
-tap_check "--set unknown key: exit 2, '--set KEY:', only the log" bad_config setkey "--set train\.nope"
+tap_check "--set unknown key: exit 2, '--set KEY:', nothing written" bad_config setkey "--set train\.nope"
 
 run setval --config "$tmp/good.yaml" --set train.steps=abc --out "$tmp/setval-out"
-tap_check "--set wrong value: exit 2, '--set KEY:', only the log" bad_config setval "--set train\.steps"
+tap_check "--set wrong value: exit 2, '--set KEY:', nothing written" bad_config setval "--set train\.steps"
 
 run setsyntax --config "$tmp/good.yaml" --set train.steps --out "$tmp/setsyntax-out"
 setsyntax() { expect_rc setsyntax 2 && grep -q -- "--set train.steps: expected KEY=VALUE" "$tmp/setsyntax.err" &&
@@ -178,7 +221,7 @@ tap_check "context parallel (4 ranks, cp 2 x tp 2, sp): runs to done" cp_run
 run cpfullsep --config "$tmp/good.yaml" --set ranks=2 --set parallel.cp=2 \
     --set parallel.encoder.strategy=full_separation --set parallel.encoder.tp=1 \
     --out "$tmp/cpfullsep-out"
-tap_check "full_separation with cp 2: exit 2, names the rule, only the log" bad_config \
+tap_check "full_separation with cp 2: exit 2, names the rule, nothing written" bad_config \
     cpfullsep "full_separation_no_cp"
 
 # Sequence chunks: 4 chunks per micro batch through a 2-stage pipeline; the first step
@@ -190,7 +233,7 @@ chunks_run() {
     expect_rc chunks 0 && result_ok "$tmp/chunks-out/result.json" done &&
         metrics_ok "$tmp/chunks-out/metrics.jsonl" 5 || return 1
     local a b
-    a=$(step1_loss "$tmp/good-out/metrics.jsonl")
+    a=$(step1_loss "$tmp/good2-out/metrics.jsonl")
     b=$(step1_loss "$tmp/chunks-out/metrics.jsonl")
     awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 1e-6 * a) }' ||
         { echo "step 1 loss $b, unchunked $a"; return 1; }
@@ -199,16 +242,16 @@ tap_check "sequence chunks (4, pp 2): runs to done, step 1 loss = unchunked" chu
 
 run chunkscp --config "$tmp/good.yaml" --set ranks=2 --set parallel.cp=2 \
     --set parallel.chunks=2 --out "$tmp/chunkscp-out"
-tap_check "sequence chunks with cp 2: exit 2, names the rule, only the log" bad_config \
+tap_check "sequence chunks with cp 2: exit 2, names the rule, nothing written" bad_config \
     chunkscp "chunks_no_cp"
 
 run badlayout --config "$tmp/good.yaml" --set ranks=3 --set parallel.tp=3 --out "$tmp/badlayout-out"
-tap_check "impossible layout: exit 2, names the rule, only the log" bad_config badlayout \
+tap_check "impossible layout: exit 2, names the rule, nothing written" bad_config badlayout \
     "heads_divisible_by_tp"
 
 # device cuda where it cannot run: a build without the cuda backend (no nvcc) is a config
 # error (exit 2); with the backend but no GPU the run fails (exit 1); both say why and
-# write only the log.  (Where a GPU answers, tests/gpu/train_gpu.sh trains on it.)
+# write nothing.  (Where a GPU answers, tests/gpu/train_gpu.sh trains on it.)
 run cuda --config "$tmp/good.yaml" --set device=cuda --out "$tmp/cuda-out"
 cuda_refused() {
     if nvidia-smi -L >/dev/null 2>&1; then
@@ -216,12 +259,12 @@ cuda_refused() {
     elif [ -e "$BUILD/lib/libhearth_cuda.so" ]; then
         expect_rc cuda 1 || return 1
         grep -q "device cuda: no CUDA device answers" "$tmp/cuda.err" || { cat "$tmp/cuda.err"; return 1; }
-        only_log cuda
+        no_dir cuda
     else
         bad_config cuda "device cuda: this build has no CUDA backend"
     fi
 }
-tap_check "device cuda without a GPU: a clear error, exit 1 (no GPU) or 2 (no backend), only the log" cuda_refused
+tap_check "device cuda without a GPU: a clear error, exit 1 (no GPU) or 2 (no backend), nothing written" cuda_refused
 
 # lr and weight decay at their maxima blow the weights up within a few steps.
 run diverge --config "$tmp/good.yaml" --set train.steps=30 --set train.lr=1000 \

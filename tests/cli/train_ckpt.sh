@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # hearth-train checkpoints end to end: SIGTERM mid-run (sent twice) -> checkpoint and exit 75;
 # --resume finishes with bitwise the final loss of an uninterrupted run, metrics.jsonl holds
-# each step once; SIGUSR2 likewise (without checkpoint_every); a bad --resume exits 2.
+# each step once; SIGUSR2 likewise (without checkpoint_every); SIGHUP likewise, resumed
+# from the run directory alone (the checkpoint's own config, no --config); a bad --resume
+# exits 2 and leaves the run's files as they were.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/cli/lib.sh
@@ -44,7 +46,7 @@ run_until_signal() {
     echo $? >"$dir.rc"
 }
 
-tap_plan 10
+tap_plan 12
 
 "$HEARTH_TRAIN" "${ARGS[@]}" --out "$tmp/full" >/dev/null 2>"$tmp/full.err"
 tap_result $? "uninterrupted run" "$(tail -3 "$tmp/full.err")"
@@ -68,12 +70,14 @@ tap_result "$([ -n "$want" ] && [ "$got" = "$want" ]; echo $?)" \
 tap_result "$([ "$(json_steps "$tmp/a")" = "$(seq -s ' ' 1 $STEPS) " ]; echo $?)" \
     "metrics.jsonl: each step once" "steps: $(json_steps "$tmp/a")"
 
-# signal_resume DIR SIG NAME: SIG (without checkpoint_every: the signal alone writes the
-# checkpoint) gives exit 75, and --resume finishes with the uninterrupted final loss.
+# signal_resume DIR SIG NAME [alone]: SIG (without checkpoint_every: the signal alone
+# writes the checkpoint) gives exit 75, and --resume (with the run's arguments, or alone:
+# the checkpoint's own config) finishes with the uninterrupted final loss.
 signal_resume() {
-    local dir=$1 sig=$2 name=$3 rc got
+    local dir=$1 sig=$2 name=$3 rc got args=("${ARGS[@]}")
+    [ "${4:-}" = alone ] && args=()
     run_until_signal "$dir" "$sig" 2
-    "$HEARTH_TRAIN" "${ARGS[@]}" --out "$dir" --resume "$dir" >/dev/null 2>"$dir.resume.err"
+    "$HEARTH_TRAIN" ${args[@]+"${args[@]}"} --out "$dir" --resume "$dir" >/dev/null 2>"$dir.resume.err"
     rc=$?
     got=$(final_loss "$dir")
     tap_result "$([ "$(cat "$dir.rc")" = 75 ] && [ $rc = 0 ] && [ "$got" = "$want" ]; echo $?)" \
@@ -81,12 +85,34 @@ signal_resume() {
         "first exit $(cat "$dir.rc"), resume exit $rc, loss '$got' want '$want'; $(tail -2 "$dir.resume.err")"
 }
 signal_resume "$tmp/b" USR2 "SIGUSR2 without checkpoint_every"
-# SIGHUP (the terminal went away) likewise.
-signal_resume "$tmp/h" HUP "SIGHUP"
+# SIGHUP (the terminal went away) likewise, resumed with no config but the checkpoint's.
+signal_resume "$tmp/h" HUP "SIGHUP, resumed without --config" alone
 
-# Another config: refused, exit 2, the message names the key.
+# snapshot DIR: every file under DIR with its sha256, to see that nothing changed.
+snapshot() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
+
+# Another config: refused, exit 2, the message names the key; the run's files (config.json,
+# metrics.jsonl, train.log, the checkpoints) are left as they were.
+before=$(snapshot "$tmp/b")
 "$HEARTH_TRAIN" "${ARGS[@]}" --set train.lr=0.5 --out "$tmp/b" --resume "$tmp/b" \
     >/dev/null 2>"$tmp/c.err"
 rc=$?
-tap_result "$([ $rc = 2 ] && grep -q "other config: train.lr" "$tmp/c.err"; echo $?)" \
-    "--resume with another config: exit 2 naming the key" "exit $rc; $(cat "$tmp/c.err")"
+tap_result "$([ $rc = 2 ] && grep -q "other config: train.lr" "$tmp/c.err" &&
+              [ "$(snapshot "$tmp/b")" = "$before" ]; echo $?)" \
+    "--resume with another config: exit 2 naming the key, nothing changed" \
+    "exit $rc; $(cat "$tmp/c.err"); changed: $(diff <(echo "$before") <(snapshot "$tmp/b"))"
+"$HEARTH_TRAIN" --resume "$tmp/b" --out "$tmp/b" --set train.steps=10 >/dev/null 2>"$tmp/d.err"
+rc=$?
+tap_result "$([ $rc = 2 ] &&
+              grep -q "other config: train.steps is $STEPS in the checkpoint, 10 now" "$tmp/d.err" &&
+              [ "$(snapshot "$tmp/b")" = "$before" ]; echo $?)" \
+    "--resume without --config, train.steps changed: exit 2, nothing changed" \
+    "exit $rc; $(cat "$tmp/d.err"); changed: $(diff <(echo "$before") <(snapshot "$tmp/b"))"
+
+# A fresh run into the directory of a preempted one: refused, naming --resume.
+"$HEARTH_TRAIN" "${ARGS[@]}" --out "$tmp/b" >/dev/null 2>"$tmp/e.err"
+rc=$?
+tap_result "$([ $rc = 2 ] && grep -q -- "holds the results of an earlier run .*--resume $tmp/b continues" "$tmp/e.err" &&
+              [ "$(snapshot "$tmp/b")" = "$before" ]; echo $?)" \
+    "a fresh run into a run directory with a checkpoint: exit 2, nothing changed" \
+    "exit $rc; $(cat "$tmp/e.err")"

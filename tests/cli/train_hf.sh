@@ -3,7 +3,7 @@
 # tests/data/hf-qwen2.5-vl-tiny: a checkpoint goes in and out unchanged (f32 and bf16, one
 # rank and a tp 2 x pp 2 layout), it really replaces the initial parameters, and a
 # checkpoint of another shape, a missing one or bad option combinations are refused
-# (exit 2, message naming the key, nothing but the log written).
+# (exit 2, message naming the key, nothing written).
 set -u
 cd "$(dirname "$0")/../.."
 . tests/cli/lib.sh
@@ -58,9 +58,9 @@ tap_check "--init-from replaces the initial parameters (step-1 loss differs from
 runhf other --set model=tiny-vlm --set train.steps=1 --init-from "$FIX"
 mismatch() {
     rc_is other 2 && grep -q "hidden_size is 64, the run's model.decoder.hidden is 256" \
-        "$tmp/other.log" && [ ! -f "$tmp/other/config.json" ] && [ ! -f "$tmp/other/metrics.jsonl" ]
+        "$tmp/other.log" && [ ! -e "$tmp/other" ]
 }
-tap_check "a checkpoint of another shape: exit 2 naming both keys, no outputs" mismatch
+tap_check "a checkpoint of another shape: exit 2 naming both keys, no run directory" mismatch
 
 runhf missing "${BASE[@]}" --init-from "$tmp/no-such-dir"
 missing() { rc_is missing 2 && grep -q "no-such-dir/config.json" "$tmp/missing.log"; }

@@ -2,7 +2,8 @@
  * round-trips and defaults to a CPU run when absent; the real templates/sbatch.sh.tmpl,
  * run with a stand-in srun and trainer, starts the trainer alone for a CPU run and through
  * `srun --mpi=pmix` with nodes x gpus_per_node tasks for a cuda run (rank 0 --out RUN_DIR,
- * rank R --out RUN_DIR/rank-R); the plan rule ranks_match_gpus prunes a cuda point whose
+ * rank R --out RUN_DIR/rank-R), every rank with --resume RUN_DIR when the run directory
+ * holds a checkpoint and --force otherwise; the plan rule ranks_match_gpus prunes a cuda point whose
  * ranks disagree with nodes x gpus_per_node and keeps the others.  Random shapes, seeded
  * (HEARTH_TEST_SEED repeats a run). */
 #include <setjmp.h>
@@ -155,7 +156,8 @@ static void test_sbatch_template_launch(void **state)
     snprintf(text, sizeof text,
              "#!/bin/bash\n"
              "[ \"$1\" = --config ] && [ \"$3\" = --out ] || exit 9\n"
-             "echo \"rank=${SLURM_PROCID:-none} out=$4 omp=$OMP_NUM_THREADS\" >>'%s/trainer.log'\n",
+             "echo \"rank=${SLURM_PROCID:-none} out=$4 omp=$OMP_NUM_THREADS start=${*:5}\" "
+             ">>'%s/trainer.log'\n",
              d);
     assert_int_equal(tu_write_text(trainer, text), 0);
     assert_int_equal(chmod(trainer, 0755), 0);
@@ -166,6 +168,15 @@ static void test_sbatch_template_launch(void **state)
         char run_dir[400];
         snprintf(run_dir, sizeof run_dir, "%s/exp/exp-%d", d, round);
         write_run(run_dir, d, trainer, nodes, gpus, cpus, tmpl);
+        /* rounds 2 and 3: an earlier attempt left a checkpoint */
+        char start[500] = "start=--force";
+        if (round >= 2) {
+            snprintf(path, sizeof path, "%s/checkpoints", run_dir);
+            assert_int_equal(mkdir(path, 0755), 0);
+            snprintf(path, sizeof path, "%s/checkpoints/latest", run_dir);
+            assert_int_equal(tu_write_text(path, "step-00000001\n"), 0);
+            snprintf(start, sizeof start, "start=--resume %s", run_dir);
+        }
         snprintf(cmd, sizeof cmd, "rm -f '%s/srun.log' '%s/trainer.log'; cd '%s' && "
                  "PATH='%s/bin':\"$PATH\" ./job.sh >/dev/null 2>&1", d, d, run_dir, d);
         assert_int_equal(system(cmd), 0);
@@ -179,6 +190,9 @@ static void test_sbatch_template_launch(void **state)
         snprintf(path, sizeof path, "%s/srun.log", d);
         char log[400], want[600];
         snprintf(log, sizeof log, "%s/trainer.log", d);
+        /* each rank (one without srun) starts afresh or resumes, as the directory says */
+        if (count_lines(log, start) != (cuda ? nodes * gpus : 1))
+            fail_msg("round %d: not every trainer line has \"%s\"", round, start);
         if (!cuda) {   /* the trainer alone, no srun */
             assert_int_equal(count_lines(path, ""), -1);
             snprintf(want, sizeof want, "rank=none out=%s omp=%d", run_dir, cpus);

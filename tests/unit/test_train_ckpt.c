@@ -377,6 +377,79 @@ static void test_other_config(void **state)
     assert_int_equal(tu_tmpdir_remove(f.root), 0);
 }
 
+/* --resume without --config trains the checkpoint's own config: read back from the
+ * manifest it hashes as saved, --set applies on top, and a changed key is refused as
+ * with --config. */
+static void test_read_config(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_make(&f);
+    hearth_err err = { { 0 } };
+    run_config c;
+    char want[65], got[65];
+    if (ckpt_read_config(f.ck, NULL, 0, &c, &err))
+        fail_msg("ckpt_read_config: %s", err.msg);
+    assert_int_equal(run_config_hash(&f.c, want, &err), 0);
+    assert_int_equal(run_config_hash(&c, got, &err), 0);
+    assert_string_equal(got, want);
+    int step = -1;
+    trainer *t = resume_from(f.run, &c, &step, &err);
+    if (!t)
+        fail_msg("the checkpoint's own config: %s", err.msg);
+    assert_int_equal(step, 2);
+    trainer_free(t);
+    /* a free key on top: still resumable; another key: refused, naming it */
+    config_override free_key = { "train.checkpoint_every", "7" };
+    assert_int_equal(ckpt_read_config(f.ck, &free_key, 1, &c, &err), 0);
+    assert_int_equal(c.train.checkpoint_every, 7);
+    t = resume_from(f.run, &c, &step, &err);
+    if (!t)
+        fail_msg("checkpoint_every on top: %s", err.msg);
+    trainer_free(t);
+    config_override steps = { "train.steps", "10" };
+    assert_int_equal(ckpt_read_config(f.ck, &steps, 1, &c, &err), 0);
+    expect_refused(f.run, &c, "other config", "train.steps is 3 in the checkpoint, 10 now");
+    /* a manifest without its config names what is missing */
+    char m[800];
+    snprintf(m, sizeof m, "%s/manifest.json", f.ck);
+    json_t *o = json_load_file(m, 0, NULL);
+    assert_non_null(o);
+    json_object_del(o, "config");
+    assert_int_equal(json_dump_file(o, m, 0), 0);
+    json_decref(o);
+    assert_int_equal(ckpt_read_config(f.ck, NULL, 0, &c, &err), HERR_CONFIG);
+    assert_non_null(strstr(err.msg, "manifest.json: config: missing"));
+    assert_int_equal(tu_tmpdir_remove(f.root), 0);
+}
+
+/* --force: the earlier run's checkpoints go (latest first), whatever else is kept. */
+static void test_remove_all(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_make(&f);
+    hearth_err err = { { 0 } };
+    char p[800], dir[4400];
+    snprintf(p, sizeof p, "%s/checkpoints/step-00000009.tmp", f.run);   /* a crash's */
+    assert_int_equal(mkdir(p, 0777), 0);
+    snprintf(p, sizeof p, "%s/other", f.run);
+    assert_int_equal(tu_write_text(p, "kept\n"), 0);
+    assert_int_equal(ckpt_remove_all(f.run, &err), 0);
+    assert_int_equal(file_size(p), 5);
+    snprintf(p, sizeof p, "%s/checkpoints", f.run);
+    assert_int_equal(file_size(p), -1);
+    assert_int_equal(ckpt_resolve(f.run, dir, sizeof dir, &err), HERR_CONFIG);
+    assert_int_equal(ckpt_remove_all(f.run, &err), 0);   /* none: fine */
+    /* something hearth did not write stays, with its directory */
+    assert_int_equal(mkdir(p, 0777), 0);
+    snprintf(p, sizeof p, "%s/checkpoints/notes.txt", f.run);
+    assert_int_equal(tu_write_text(p, "mine\n"), 0);
+    assert_int_equal(ckpt_remove_all(f.run, &err), 0);
+    assert_int_equal(file_size(p), 5);
+    assert_int_equal(tu_tmpdir_remove(f.root), 0);
+}
+
 /* A crash after each stage of writing step 3 leaves step 2 (via latest) loadable; the
  * keep-2 rule deletes step 1 once step 2 is complete. */
 static void test_crash_stages(void **state)
@@ -483,6 +556,8 @@ int main(void)
         cmocka_unit_test_setup(test_truncated, setup_seed),
         cmocka_unit_test_setup(test_missing_file, setup_seed),
         cmocka_unit_test_setup(test_other_config, setup_seed),
+        cmocka_unit_test_setup(test_read_config, setup_seed),
+        cmocka_unit_test_setup(test_remove_all, setup_seed),
         cmocka_unit_test_setup(test_crash_stages, setup_seed),
         cmocka_unit_test_setup(test_metrics_resume, setup_seed),
     };

@@ -104,6 +104,38 @@ static void test_plan_memory(void **state)
     cli_args_free(&a);
 }
 
+/* --resume alone gives the config (the checkpoint's); --force replaces an earlier run's
+ * results and is no option beside --resume, --plan-memory or --check-bootstrap. */
+static void test_resume_force(void **state)
+{
+    (void)state;
+    cli_args a;
+    hearth_err err = { { 0 } };
+    assert_int_equal(PARSE(&a, &err, "--resume", "runs/a", "--out", "runs/a"), 0);
+    assert_null(a.config);
+    assert_string_equal(a.resume, "runs/a");
+    assert_false(a.force);
+    cli_args_free(&a);
+    assert_int_equal(PARSE(&a, &err, "--resume", "runs/a", "--out", "runs/a", "--set",
+                           "train.checkpoint_every=5"), 0);
+    assert_int_equal(a.n_ovr, 1);
+    cli_args_free(&a);
+    assert_int_equal(PARSE(&a, &err, "--config", "run.yaml", "--out", "d", "--force"), 0);
+    assert_true(a.force);
+    cli_args_free(&a);
+    expect_error(PARSE(&a, &err, "--config", "r", "--out", "d", "--force", "--resume", "d"),
+                 &err, "--force: not with --resume");
+    cli_args_free(&a);
+    expect_error(PARSE(&a, &err, "--out", "d", "--force"), &err, "--config: missing");
+    cli_args_free(&a);
+    expect_error(PARSE(&a, &err, "--plan-memory", "--config", "r", "--force"), &err,
+                 "--plan-memory: takes only");
+    cli_args_free(&a);
+    expect_error(PARSE(&a, &err, "--check-bootstrap", "--force"), &err,
+                 "--check-bootstrap: takes no other option");
+    cli_args_free(&a);
+}
+
 static void test_help_version(void **state)
 {
     (void)state;
@@ -124,6 +156,7 @@ int main(void)
         cmocka_unit_test(test_set_only),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_plan_memory),
+        cmocka_unit_test(test_resume_force),
         cmocka_unit_test(test_help_version),
     };
     return cmocka_run_group_tests_name("train_cli", tests, NULL, NULL);

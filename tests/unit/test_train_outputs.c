@@ -18,6 +18,7 @@
 #include "outputs.h"
 #include "summary.h"
 #include "support/testutil.h"
+#include "support/tmpdir.h"
 
 static tu_rng g_rng;
 
@@ -310,6 +311,43 @@ static void test_result_file(void **state)
     assert_int_equal(rmdir(tmpl), 0);
 }
 
+/* What makes a directory one that holds an earlier run's results: a non-empty
+ * result.json, metrics.jsonl or checkpoints/latest; empty files (a run that died before
+ * its first step) and other files do not. */
+static void test_earlier_results(void **state)
+{
+    (void)state;
+    char root[512], dir[600], path[700];
+    assert_int_equal(tu_tmpdir_make(root, sizeof root, "earlier"), 0);
+    snprintf(dir, sizeof dir, "%s/run", root);
+    assert_null(outputs_earlier_results(dir));            /* missing */
+    hearth_err err = { { 0 } };
+    assert_int_equal(outputs_mkdir_p(dir, &err), 0);
+    assert_null(outputs_earlier_results(dir));            /* empty */
+    static const char *const other[] = { "train.log", "config.json", "stdout.log" };
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
+        assert_int_equal(outputs_write_atomic(dir, other[i], "x\n", &err), 0);
+    assert_int_equal(outputs_write_atomic(dir, "metrics.jsonl", "", &err), 0);
+    assert_int_equal(outputs_write_atomic(dir, "result.json", "", &err), 0);
+    assert_null(outputs_earlier_results(dir));
+    static const char *const results[] = { "checkpoints/latest", "metrics.jsonl",
+                                           "result.json" };
+    for (size_t i = 0; i < sizeof results / sizeof results[0]; i++) {
+        if (i == 0) {
+            snprintf(path, sizeof path, "%s/checkpoints", dir);
+            assert_int_equal(outputs_mkdir_p(path, &err), 0);
+        }
+        snprintf(path, sizeof path, "%s/%s", dir, results[i]);
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs("step-00000001\n", f);
+        fclose(f);
+        /* result.json is named before metrics.jsonl before checkpoints/latest */
+        assert_string_equal(outputs_earlier_results(dir), results[i]);
+    }
+    assert_int_equal(tu_tmpdir_remove(root), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -317,6 +355,7 @@ int main(void)
         cmocka_unit_test_setup(test_percentile, setup_seed),
         cmocka_unit_test_setup(test_summary, setup_seed),
         cmocka_unit_test_setup(test_result_file, setup_seed),
+        cmocka_unit_test_setup(test_earlier_results, setup_seed),
     };
     return cmocka_run_group_tests_name("train_outputs", tests, NULL, NULL);
 }

@@ -157,12 +157,30 @@ static int finish(runlog *log, const char *dir, const run_config *cfg, const tra
     return 0;
 }
 
-/* --init-from: the Hugging Face checkpoint's parameters replace the initial ones.  A
- * config that does not match the run's model is a config error (exit 2). */
-static int init_from_hf(runlog *log, const char *dir, const run_config *cfg, trainer *tr)
+/* --init-from DIR: reads and classifies DIR/config.json into *src (a config error is
+ * exit 2); keys hearth does not know are named in the log. */
+static int hf_source(runlog *log, const char *dir, hf_config **src)
 {
     hearth_err err = { { 0 } };
-    int rc = trainer_init_from_hf(tr, &cfg->model, dir, &err);
+    int rc = hf_config_load(src, dir, &err);
+    if (rc) {
+        runlog_printf(log, "hearth-train: --init-from: %s", err.msg);
+        return config_exit(rc);
+    }
+    if ((*src)->unknown)
+        runlog_printf(log, "hearth-train: --init-from: warning: %s: keys hearth does not know "
+                      "were ignored (docs/hf.md, \"config.json keys\"): %s", (*src)->file,
+                      (*src)->unknown);
+    return 0;
+}
+
+/* --init-from: the Hugging Face checkpoint's parameters replace the initial ones.  A
+ * config that does not match the run's model is a config error (exit 2). */
+static int init_from_hf(runlog *log, const char *dir, const hf_config *src,
+                        const run_config *cfg, trainer *tr)
+{
+    hearth_err err = { { 0 } };
+    int rc = trainer_init_from_hf(tr, &cfg->model, src, dir, &err);
     if (rc) {
         runlog_printf(log, "hearth-train: --init-from: %s", err.msg);
         return config_exit(rc);
@@ -171,12 +189,14 @@ static int init_from_hf(runlog *log, const char *dir, const run_config *cfg, tra
     return 0;
 }
 
-/* --export-hf after a completed run. */
-static int export_hf(runlog *log, const cli_args *a, const run_config *cfg, trainer *tr)
+/* --export-hf after a completed run; src (may be NULL): the config.json of --init-from,
+ * written back as read. */
+static int export_hf(runlog *log, const cli_args *a, const hf_config *src,
+                     const run_config *cfg, trainer *tr)
 {
     hearth_err err = { { 0 } };
     st_dtype dt = a->export_dtype && !strcmp(a->export_dtype, "bf16") ? ST_BF16 : ST_F32;
-    if (trainer_export_hf(tr, &cfg->model, a->export_hf, dt, &err)) {
+    if (trainer_export_hf(tr, &cfg->model, src, a->export_hf, dt, &err)) {
         runlog_printf(log, "hearth-train: --export-hf: %s", err.msg);
         return RUN_EXIT_FAILED;
     }
@@ -341,13 +361,18 @@ int run_main(const cli_args *a)
         return RUN_EXIT_FAILED;
     }
     trainer *tr = NULL;
+    hf_config *src = NULL;
     int code = setup(a, &log, cfg, &tr);
+    /* the source config is read for the parameters and, with --resume, still for the
+     * export, which writes it back */
+    if (!code && a->init_from && (!a->resume || a->export_hf))
+        code = hf_source(&log, a->init_from, &src);
     /* a requeued job repeats its command line with --resume: the checkpoint wins */
     if (!code && a->init_from && a->resume)
         runlog_printf(&log, "--init-from %s: not used, the checkpoint of --resume holds the "
                       "parameters", a->init_from);
     else if (!code && a->init_from)
-        code = init_from_hf(&log, a->init_from, cfg, tr);
+        code = init_from_hf(&log, a->init_from, src, cfg, tr);
     char hash[65] = { 0 };
     char *json = NULL;
     if (!code) {
@@ -381,9 +406,10 @@ int run_main(const cli_args *a)
         if (code != RUN_EXIT_PREEMPTED)
             preempt_restore(&old);
         if (code == RUN_EXIT_DONE && a->export_hf)
-            code = export_hf(&log, a, cfg, tr);
+            code = export_hf(&log, a, src, cfg, tr);
     }
     free(json);
+    hf_config_free(src);
     trainer_free(tr);
     free(cfg);
     runlog_close(&log);

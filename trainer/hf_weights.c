@@ -222,12 +222,14 @@ static int add_tensor(st_writer *w, model *m, const model_tensor *t, st_dtype dt
     return 0;
 }
 
-int hf_weights_export(model *m, const char *dir, st_dtype dtype, size_t max_shard_bytes,
-                      hearth_err *err)
+int hf_weights_export(model *m, const hf_config *src, const char *dir, st_dtype dtype,
+                      size_t max_shard_bytes, hearth_err *err)
 {
     if (dtype != ST_F32 && dtype != ST_BF16)
         return herr_set(err, HERR_CONFIG, "export: dtype must be F32 or BF16");
-    int rc = hf_config_check_arch(model_get_shape(m), err);
+    /* checked before any file is written: a refused config leaves no partial export */
+    int rc = src ? hf_config_check(model_get_shape(m), &src->shape, src->file, err)
+                 : hf_config_check_arch(model_get_shape(m), err);
     if (rc)
         return herr_prefix(err, rc, "export");
     if (mkdir(dir, 0777) && errno != EEXIST)
@@ -242,7 +244,7 @@ int hf_weights_export(model *m, const char *dir, st_dtype dtype, size_t max_shar
         rc = st_writer_write_dir(w, dir, max_shard_bytes, err);
     st_writer_free(w);
     if (!rc)
-        rc = hf_config_write(model_get_shape(m), dir,
+        rc = hf_config_write(model_get_shape(m), src, dir,
                              dtype == ST_BF16 ? "bfloat16" : "float32", err);
     return rc ? herr_prefix(err, rc, "export to %s", dir) : 0;
 }

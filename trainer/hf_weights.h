@@ -25,6 +25,7 @@
 #ifndef HEARTH_HF_WEIGHTS_H
 #define HEARTH_HF_WEIGHTS_H
 
+#include "hf_config.h"
 #include "model/model.h"
 #include "safetensors.h"
 #include "shape/err.h"
@@ -44,8 +45,9 @@ int hf_weights_load(model *m, const char *dir, hearth_err *err);
 
 /* Writes m's parameters to DIR (created if missing) as transformers' names, dtype F32 or
  * BF16 (round to nearest even), shards of at most max_shard_bytes (0: one file), plus
- * config.json (hf_config_write).  Every file is written atomically. */
-int hf_weights_export(model *m, const char *dir, st_dtype dtype, size_t max_shard_bytes,
-                      hearth_err *err);
+ * config.json (hf_config_write: src's as read when the model came from one, else made
+ * from the shape; src may be NULL).  Every file is written atomically. */
+int hf_weights_export(model *m, const hf_config *src, const char *dir, st_dtype dtype,
+                      size_t max_shard_bytes, hearth_err *err);
 
 #endif

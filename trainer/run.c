@@ -66,6 +66,7 @@ typedef struct {
     runlog log;
     run_config *cfg;
     trainer *tr;
+    hf_config *src;           /* --init-from's config.json, NULL without */
     run_summary sum;
     int has_sum;
     int start;                /* steps done before this process: the checkpoint's step */
@@ -79,6 +80,7 @@ static void run_release(run *r)
 {
     if (r->has_sum)
         summary_free(&r->sum);
+    hf_config_free(r->src);
     trainer_free(r->tr);
     free(r->cfg);
     runlog_close(&r->log);
@@ -177,19 +179,41 @@ static int setup(run *r)
     return 0;
 }
 
+/* --init-from DIR: reads and classifies DIR/config.json into r->src (a config error is
+ * exit 2); keys hearth does not know are named in the log. */
+static int hf_source(run *r)
+{
+    hearth_err err = { { 0 } };
+    int rc = hf_config_load(&r->src, r->a->init_from, &err);
+    if (rc)
+        return refuse(r, "--init-from: ", rc, &err);
+    if (r->src->unknown)
+        runlog_printf(&r->log, "hearth-train: --init-from: warning: %s: keys hearth does not "
+                      "know were ignored (docs/hf.md, \"config.json keys\"): %s",
+                      r->src->file, r->src->unknown);
+    return 0;
+}
+
 /* --init-from: the Hugging Face checkpoint's parameters replace the initial ones.  A
- * config that does not match the run's model is a config error (exit 2). */
+ * config that does not match the run's model is a config error (exit 2).  The source
+ * config is read for the parameters and, with --resume, still for --export-hf, which
+ * writes it back. */
 static int init_from_hf(run *r)
 {
     hearth_err err = { { 0 } };
     const char *dir = r->a->init_from;
+    if (!r->a->resume || r->a->export_hf) {
+        int code = hf_source(r);
+        if (code)
+            return code;
+    }
     if (r->a->resume) {
         /* a requeued job repeats its command line with --resume: the checkpoint wins */
         runlog_printf(&r->log, "--init-from %s: not used, the checkpoint of --resume holds "
                       "the parameters", dir);
         return 0;
     }
-    int rc = trainer_init_from_hf(r->tr, &r->cfg->model, dir, &err);
+    int rc = trainer_init_from_hf(r->tr, &r->cfg->model, r->src, dir, &err);
     if (rc)
         return refuse(r, "--init-from: ", rc, &err);
     runlog_printf(&r->log, "initialised from the Hugging Face checkpoint %s", dir);
@@ -323,13 +347,14 @@ static int finish(run *r, const char *status)
     return 0;
 }
 
-/* --export-hf after a completed run. */
+/* --export-hf after a completed run; the config.json of --init-from (if any) is written
+ * back as read. */
 static int export_hf(run *r)
 {
     hearth_err err = { { 0 } };
     const cli_args *a = r->a;
     st_dtype dt = a->export_dtype && !strcmp(a->export_dtype, "bf16") ? ST_BF16 : ST_F32;
-    if (trainer_export_hf(r->tr, &r->cfg->model, a->export_hf, dt, &err)) {
+    if (trainer_export_hf(r->tr, &r->cfg->model, r->src, a->export_hf, dt, &err)) {
         runlog_printf(&r->log, "hearth-train: --export-hf: %s", err.msg);
         return RUN_EXIT_FAILED;
     }

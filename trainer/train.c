@@ -417,15 +417,10 @@ static int full_model(model **out, const model_shape *sh, hearth_err *err)
     return rc ? herr_prefix(err, rc, "full model") : 0;
 }
 
-int trainer_init_from_hf(trainer *t, const model_shape *sh, const char *dir,
-                         hearth_err *err)
+int trainer_init_from_hf(trainer *t, const model_shape *sh, const hf_config *src,
+                         const char *dir, hearth_err *err)
 {
-    model_shape hf;
-    char file[4200];
-    snprintf(file, sizeof file, "%s/config.json", dir);
-    int rc = hf_config_read(&hf, dir, err);
-    if (!rc)
-        rc = hf_config_check(sh, &hf, file, err);
+    int rc = hf_config_check(sh, &src->shape, src->file, err);
     if (rc)
         return rc;
     if (!t->par && kdev_get_kind(model_device(t->m)) == KDEV_CPU)
@@ -443,11 +438,11 @@ int trainer_init_from_hf(trainer *t, const model_shape *sh, const char *dir,
     return rc;
 }
 
-int trainer_export_hf(trainer *t, const model_shape *sh, const char *dir, st_dtype dtype,
-                      hearth_err *err)
+int trainer_export_hf(trainer *t, const model_shape *sh, const hf_config *src,
+                      const char *dir, st_dtype dtype, hearth_err *err)
 {
     if (!t->par && kdev_get_kind(model_device(t->m)) == KDEV_CPU)
-        return hf_weights_export(t->m, dir, dtype, HF_EXPORT_SHARD_BYTES, err);
+        return hf_weights_export(t->m, src, dir, dtype, HF_EXPORT_SHARD_BYTES, err);
     model *full;
     int rc = full_model(&full, sh, err);
     if (rc)
@@ -458,7 +453,7 @@ int trainer_export_hf(trainer *t, const model_shape *sh, const char *dir, st_dty
                            model_param_count(t->m) * sizeof(float)))
         rc = device_check(model_device(t->m), err);
     if (!rc)
-        rc = hf_weights_export(full, dir, dtype, HF_EXPORT_SHARD_BYTES, err);
+        rc = hf_weights_export(full, src, dir, dtype, HF_EXPORT_SHARD_BYTES, err);
     model_free(full);
     return rc;
 }

@@ -21,6 +21,7 @@
 
 #include <stdint.h>
 
+#include "hf_config.h"
 #include "model/model.h"
 #include "safetensors.h"
 #include "shape/err.h"
@@ -92,16 +93,17 @@ int trainer_profile_report(trainer *t, char *buf, size_t len, hearth_err *err);
 /* The hardware the trainer runs on, for the log ("cpu", or the GPU's name). */
 const char *trainer_device_name(const trainer *t);
 
-/* Hugging Face Qwen2.5-VL checkpoints (hf_weights.h, docs/checkpoints.md).
- * trainer_init_from_hf checks DIR/config.json against sh (the run's model shape) and
- * replaces the initial parameters of every rank by the checkpoint's; call it before the
- * first step.  trainer_export_hf writes the current parameters (gathered from every rank)
- * with config.json, in shards of at most HF_EXPORT_SHARD_BYTES. */
+/* Hugging Face Qwen2.5-VL checkpoints (hf_weights.h, hf_config.h, docs/hf.md).
+ * trainer_init_from_hf checks src (the checkpoint's config.json, hf_config_load) against
+ * sh (the run's model shape) and replaces the initial parameters of every rank by the
+ * checkpoint's; call it before the first step.  trainer_export_hf writes the current
+ * parameters (gathered from every rank) with config.json (src's as read when src is not
+ * NULL, else made from sh), in shards of at most HF_EXPORT_SHARD_BYTES. */
 #define HF_EXPORT_SHARD_BYTES ((size_t)5 << 30)
-int trainer_init_from_hf(trainer *t, const model_shape *sh, const char *dir,
-                         hearth_err *err);
-int trainer_export_hf(trainer *t, const model_shape *sh, const char *dir, st_dtype dtype,
-                      hearth_err *err);
+int trainer_init_from_hf(trainer *t, const model_shape *sh, const hf_config *src,
+                         const char *dir, hearth_err *err);
+int trainer_export_hf(trainer *t, const model_shape *sh, const hf_config *src,
+                      const char *dir, st_dtype dtype, hearth_err *err);
 
 /* Nonzero when x is NaN or infinite. */
 int train_nonfinite(double x);

@@ -3,7 +3,9 @@
 # tests/data/hf-qwen2.5-vl-tiny: a checkpoint goes in and out unchanged (f32 and bf16, one
 # rank and a tp 2 x pp 2 layout), it really replaces the initial parameters, and a
 # checkpoint of another shape, a missing one or bad option combinations are refused
-# (exit 2, message naming the key, nothing written).
+# (exit 2, message naming the key, nothing written).  config.json comes back as it was
+# read (only its dtype follows the export); a key that changes the model is refused with
+# its value and rule, an unknown one is named in a warning.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/cli/lib.sh
@@ -16,7 +18,7 @@ BASE=(--set "model=$FIX/model.yaml" --set train.steps=1 --set train.lr=0
       --set train.seq_len=64 --set data.image_px_min=16 --set data.image_px_max=24)
 LAYOUT=(--set ranks=4 --set parallel.tp=2 --set parallel.pp=2)
 
-tap_plan 7
+tap_plan 10
 
 # runhf NAME ARGS...: hearth-train with its output in $tmp/NAME.log, exit status in .rc
 runhf() {
@@ -41,7 +43,7 @@ runhf bf16 "${BASE[@]}" --init-from "$FIX" --export-hf "$tmp/b1" --export-dtype 
 runhf back "${BASE[@]}" --init-from "$tmp/b1" --export-hf "$tmp/b2"
 bf16() {
     rc_is bf16 0 && rc_is back 0 &&
-        grep -q '"torch_dtype": "bfloat16"' "$tmp/b1/config.json" &&
+        grep -q '"dtype": "bfloat16"' "$tmp/b1/config.json" &&
         [ "$(stat -c %s "$tmp/b1/model.safetensors")" -lt "$(stat -c %s "$tmp/e1/model.safetensors")" ] &&
         cmp "$tmp/b2/model.safetensors" "$tmp/e1/model.safetensors"
 }
@@ -80,3 +82,36 @@ head -c 1000 "$FIX/model.safetensors" >"$tmp/torn/model.safetensors"
 runhf torn "${BASE[@]}" --init-from "$tmp/torn"
 torn() { rc_is torn 2 && grep -q "torn/model.safetensors" "$tmp/torn.log"; }
 tap_check "a truncated safetensors file: refused, naming the file" torn
+
+asread() {
+    sed 's/"dtype": "bfloat16"/"dtype": "float32"/' "$FIX/config.json" >"$tmp/want.json" &&
+        cmp "$tmp/want.json" "$tmp/e1/config.json" &&
+        cmp "$FIX/config.json" "$tmp/b1/config.json" &&
+        grep -q '"tokens_per_second": 4,' "$tmp/e1/config.json"
+}
+tap_check "config.json exported as read (only dtype set to the export's)" asread
+
+# variant NAME SED-SCRIPT: the fixture with its config.json edited
+variant() {
+    mkdir -p "$tmp/$1" && sed "$2" "$FIX/config.json" >"$tmp/$1/config.json" &&
+        ln -s "$PWD/$FIX/model.safetensors" "$tmp/$1/model.safetensors"
+}
+variant linear 's/"rope_type": "default"/"rope_type": "linear"/'
+runhf rlinear "${BASE[@]}" --init-from "$tmp/linear"
+variant sliding 's/"use_sliding_window": false/"use_sliding_window": true/; s/"sliding_window": null/"sliding_window": 8/; s/"max_window_layers": 80/"max_window_layers": 0/'
+runhf rsliding "${BASE[@]}" --init-from "$tmp/sliding"
+refused() {
+    rc_is rlinear 2 && rc_is rsliding 2 &&
+        grep -q 'text_config.rope_parameters.rope_type: "linear" is not supported: ' "$tmp/rlinear.log" &&
+        grep -q 'text_config.use_sliding_window: true is not supported: with sliding_window 8' "$tmp/rsliding.log" &&
+        [ ! -f "$tmp/rlinear/metrics.jsonl" ] && [ ! -f "$tmp/rsliding/metrics.jsonl" ]
+}
+tap_check "a key that changes the model (rope type linear, sliding window): exit 2 naming key, value and rule" refused
+
+variant unknown 's/"image_token_id": 300,/"image_token_id": 300,\n  "hearth_test_key": 1,/'
+runhf runknown "${BASE[@]}" --init-from "$tmp/unknown" --export-hf "$tmp/u1"
+unknown() {
+    rc_is runknown 0 && grep -q 'warning: .*keys hearth does not know were ignored.*: hearth_test_key$' "$tmp/runknown/train.log" &&
+        grep -q '"hearth_test_key": 1,' "$tmp/u1/config.json"
+}
+tap_check "an unknown key: accepted with a warning naming it, kept on export" unknown

@@ -16,8 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
 
 #include "hf_config.h"
+#include "hf_json.h"
 #include "hf_weights.h"
 #include "model/model.h"
 #include "safetensors.h"
@@ -176,7 +180,7 @@ static void test_export_roundtrip(void **state)
     assert_int_equal(tu_tmpdir_make(dir, sizeof dir, "hfexp"), 0);
 
     snprintf(sub, sizeof sub, "%s/f32", dir);
-    if (hf_weights_export(m, sub, ST_F32, 64 * 1024, &err))
+    if (hf_weights_export(m, NULL, sub, ST_F32, 64 * 1024, &err))
         fail_msg("%s", err.msg);
     model_shape a, b;
     if (hf_config_read(&a, sub, &err) || hf_config_read(&b, FIXTURE, &err))
@@ -193,7 +197,7 @@ static void test_export_roundtrip(void **state)
     model_free(m2);
 
     snprintf(sub, sizeof sub, "%s/bf16", dir);
-    if (hf_weights_export(m, sub, ST_BF16, 0, &err))
+    if (hf_weights_export(m, NULL, sub, ST_BF16, 0, &err))
         fail_msg("%s", err.msg);
     m2 = load_model(sub);
     const float *x = model_params(m), *y = model_params(m2);
@@ -347,6 +351,356 @@ static void test_preset_names(void **state)
     assert_int_equal(hf_weights_names("decoder.layers.x.attn.qkv.bias", names), 0);
 }
 
+
+/* The whole text of a file (malloc'd). */
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fail_msg("cannot open %s", path);
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    int c;
+    while ((c = fgetc(f)) != EOF) {
+        if (n + 2 > cap)
+            buf = realloc(buf, cap = cap ? 2 * cap : 4096);
+        assert_non_null(buf);
+        buf[n++] = (char)c;
+    }
+    fclose(f);
+    if (!buf)
+        buf = malloc(1);
+    buf[n] = '\0';
+    return buf;
+}
+
+/* Sets the dotted `path` of root to the JSON text `value` (NULL: deletes it). */
+static void json_set_path(json_t *root, const char *path, const char *value)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    json_t *o = root;
+    char *key = buf, *dot;
+    while ((dot = strchr(key, '.'))) {
+        *dot = '\0';
+        json_t *n = json_object_get(o, key);
+        if (!n) {
+            n = json_object();
+            json_object_set_new(o, key, n);
+        }
+        o = n;
+        key = dot + 1;
+    }
+    if (!value) {
+        json_object_del(o, key);
+        return;
+    }
+    json_error_t je;
+    json_t *v = json_loads(value, JSON_DECODE_ANY, &je);
+    if (!v)
+        fail_msg("bad test value %s: %s", value, je.text);
+    json_object_set_new(o, key, v);
+}
+
+/* Writes DIR/config.json: `base`'s config with up to 3 (path, value) changes. */
+#define MAX_EDITS 3
+typedef struct {
+    const char *path, *value;
+} config_edit;
+
+static void config_variant(const char *dir, const char *base, const config_edit *edits)
+{
+    char src[400], dst[400];
+    snprintf(src, sizeof src, "%s/config.json", base);
+    snprintf(dst, sizeof dst, "%s/config.json", dir);
+    json_error_t je;
+    json_t *root = json_load_file(src, 0, &je);
+    if (!root)
+        fail_msg("%s: %s", src, je.text);
+    for (int i = 0; i < MAX_EDITS && edits[i].path; i++)
+        json_set_path(root, edits[i].path, edits[i].value);
+    char *text = hf_json_dump(root, HF_JSON_INDENT | HF_JSON_NEWLINE);
+    assert_non_null(text);
+    assert_int_equal(tu_write_text(dst, text), 0);
+    free(text);
+    json_decref(root);
+}
+
+typedef struct {
+    config_edit edits[MAX_EDITS];
+    const char *key, *value;   /* what the refusal must name */
+} refusal;
+
+/* Each config.json key that changes the model, with a value that changes it: refused,
+ * the message naming the key, the value and "not supported" with the rule. */
+static void test_config_keys_refused(void **state)
+{
+    (void)state;
+    static const refusal cases[] = {
+        { { { "text_config.rope_parameters.rope_type", "\"linear\"" },
+            { "text_config.rope_parameters.factor", "4.0" } },
+          "text_config.rope_parameters.rope_type", "\"linear\"" },
+        { { { "text_config.rope_parameters", NULL },
+            { "rope_scaling", "{\"type\": \"linear\", \"factor\": 4.0, "
+                              "\"mrope_section\": [2, 3, 3]}" } },
+          "rope_scaling.type", "\"linear\"" },
+        { { { "text_config.rope_parameters.factor", "4.0" } },
+          "text_config.rope_parameters.factor", "4.0" },
+        { { { "text_config.rope_parameters.mrope_interleaved", "true" } },
+          "text_config.rope_parameters.mrope_interleaved", "true" },
+        { { { "text_config.partial_rotary_factor", "0.5" } },
+          "text_config.partial_rotary_factor", "0.5" },
+        { { { "text_config.use_sliding_window", "true" },
+            { "text_config.sliding_window", "8" },
+            { "text_config.max_window_layers", "1" } },
+          "text_config.use_sliding_window", "true" },
+        { { { "use_sliding_window", "true" }, { "sliding_window", "8" },
+            { "max_window_layers", "0" } },
+          "use_sliding_window", "sliding_window 8" },
+        { { { "text_config.layer_types", "[\"full_attention\", \"sliding_attention\"]" } },
+          "text_config.layer_types[1]", "\"sliding_attention\"" },
+        { { { "text_config.hidden_act", "\"gelu\"" } }, "text_config.hidden_act", "\"gelu\"" },
+        { { { "vision_config.hidden_act", "\"gelu_pytorch_tanh\"" } },
+          "vision_config.hidden_act", "\"gelu_pytorch_tanh\"" },
+        { { { "vision_config.rope_theta", "500.0" } }, "vision_config.rope_theta", "500.0" },
+        { { { "vision_config.rope_parameters.rope_theta", "500.0" } },
+          "vision_config.rope_parameters.rope_theta", "500.0" },
+        { { { "vision_config.rope_parameters.rope_type", "\"dynamic\"" } },
+          "vision_config.rope_parameters.rope_type", "\"dynamic\"" },
+        { { { "text_config.attention_dropout", "0.1" } },
+          "text_config.attention_dropout", "0.1" },
+        { { { "text_config.head_dim", "8" } }, "text_config.head_dim", "8" },
+        { { { "text_config.attention_bias", "false" } },
+          "text_config.attention_bias", "false" },
+        { { { "text_config.num_experts", "4" } }, "text_config.num_experts", "4" },
+        { { { "vision_config.deepstack_visual_indexes", "[1]" } },
+          "vision_config.deepstack_visual_indexes", "[1]" },
+        { { { "vision_config.num_position_embeddings", "64" } },
+          "vision_config.num_position_embeddings", "64" },
+        { { { "quantization_config", "{\"quant_method\": \"fp8\"}" } },
+          "quantization_config", "fp8" },
+        { { { "pruned_heads", "{\"0\": [1]}" } }, "pruned_heads", "[1]" },
+        { { { "text_config.model_type", "\"qwen3_vl_text\"" } },
+          "text_config.model_type", "\"qwen3_vl_text\"" },
+        { { { "vision_config.model_type", "\"qwen3_vl\"" } },
+          "vision_config.model_type", "\"qwen3_vl\"" },
+        { { { "model_type", "\"qwen3_vl_moe\"" } }, "model_type", "qwen3_vl_moe" },
+        { { { "text_config.use_sliding_window", "1" } },
+          "text_config.use_sliding_window", "expected true or false" },
+    };
+    char dir[256];
+    assert_int_equal(tu_tmpdir_make(dir, sizeof dir, "hfkeys"), 0);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const refusal *c = &cases[i];
+        config_variant(dir, FIXTURE, c->edits);
+        model_shape sh;
+        hearth_err err;
+        int rc = hf_config_read(&sh, dir, &err);
+        char key[300];
+        snprintf(key, sizeof key, ": %s: ", c->key);
+        if (rc != HERR_CONFIG || !strstr(err.msg, key) || !strstr(err.msg, c->value))
+            fail_msg("case %zu (%s): expected a refusal naming \"%s\" and \"%s\", got rc %d: "
+                     "%s", i, c->key, c->key, c->value, rc, rc ? err.msg : "(accepted)");
+        if (!strstr(c->value, "expected") && !strstr(err.msg, "not supported"))
+            fail_msg("case %zu: the message names no rule: %s", i, err.msg);
+    }
+    assert_int_equal(tu_tmpdir_remove(dir), 0);
+}
+
+typedef struct {
+    config_edit edits[MAX_EDITS];
+    const char *unknown;       /* expected hf_config.unknown (NULL: none) */
+} acceptance;
+
+/* The values of those keys that change nothing are accepted (the normal case of real
+ * checkpoints); unknown keys are accepted and listed by their dotted names. */
+static void test_config_keys_accepted(void **state)
+{
+    (void)state;
+    static const acceptance cases[] = {
+        { { { NULL, NULL } }, NULL },
+        { { { "text_config.rope_parameters.rope_type", "\"mrope\"" } }, NULL },
+        { { { "text_config.rope_parameters", NULL },
+            { "rope_scaling", "{\"type\": \"mrope\", \"mrope_section\": [2, 3, 3]}" } },
+          NULL },
+        { { { "text_config.rope_parameters", NULL },
+            { "text_config.rope_scaling", "{\"type\": \"default\", \"rope_type\": "
+                                          "\"default\", \"mrope_section\": [2, 3, 3]}" } },
+          NULL },
+        { { { "text_config.use_sliding_window", "false" },
+            { "text_config.sliding_window", "32768" },
+            { "text_config.max_window_layers", "0" } }, NULL },
+        { { { "text_config.use_sliding_window", "true" },
+            { "text_config.sliding_window", "4096" },
+            { "text_config.max_window_layers", "80" } }, NULL },
+        { { { "text_config.hidden_act", "\"silu\"" }, { "vision_config.rope_theta", "10000.0" },
+            { "text_config.head_dim", "16" } }, NULL },
+        { { { "text_config.num_experts", "0" },
+            { "vision_config.deepstack_visual_indexes", "[]" },
+            { "text_config.rope_parameters.factor", "1.0" } }, NULL },
+        { { { "text_config.attention_dropout", "0.0" },
+            { "text_config.rope_parameters.mrope_interleaved", "false" },
+            { "quantization_config", "null" } }, NULL },
+        { { { "foo_bar", "1" } }, "foo_bar" },
+        { { { "vision_config.baz", "\"x\"" }, { "text_config.rope_parameters.qux", "2" } },
+          "text_config.rope_parameters.qux, vision_config.baz" },
+    };
+    char dir[256];
+    assert_int_equal(tu_tmpdir_make(dir, sizeof dir, "hfkeys"), 0);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        config_variant(dir, FIXTURE, cases[i].edits);
+        hf_config *c;
+        hearth_err err;
+        if (hf_config_load(&c, dir, &err))
+            fail_msg("case %zu: refused: %s", i, err.msg);
+        const char *want = cases[i].unknown;
+        if (want ? !c->unknown || strcmp(c->unknown, want) : c->unknown != NULL)
+            fail_msg("case %zu: unknown keys \"%s\", expected \"%s\"", i,
+                     c->unknown ? c->unknown : "(none)", want ? want : "(none)");
+        hf_config_free(c);
+    }
+    assert_int_equal(tu_tmpdir_remove(dir), 0);
+}
+
+/* The hub's Qwen2.5-VL-3B/7B config.json files: every key known, the shapes equal the
+ * presets, written back byte for byte.  Qwen3-VL-30B-A3B's is refused by model_type and,
+ * labelled qwen2_5_vl, by the first key that changes the model. */
+static void test_real_configs(void **state)
+{
+    (void)state;
+    static const char *const names[] = { "qwen2.5-vl-3b", "qwen2.5-vl-7b" };
+    char tmp[256], dir[300], path[400];
+    assert_int_equal(tu_tmpdir_make(tmp, sizeof tmp, "hfreal"), 0);
+    for (int k = 0; k < 2; k++) {
+        hf_config *c;
+        model_shape preset;
+        hearth_err err;
+        snprintf(dir, sizeof dir, "tests/data/hf-configs/%s", names[k]);
+        if (hf_config_load(&c, dir, &err) || preset_load(&preset, names[k], &err))
+            fail_msg("%s: %s", names[k], err.msg);
+        if (c->unknown)
+            fail_msg("%s: unknown keys %s", names[k], c->unknown);
+        if (hf_config_check(&preset, &c->shape, c->file, &err))
+            fail_msg("%s: %s", names[k], err.msg);
+        if (hf_config_write(&preset, c, tmp, "bfloat16", &err))
+            fail_msg("%s: %s", names[k], err.msg);
+        snprintf(path, sizeof path, "%s/config.json", tmp);
+        char *a = slurp(c->file), *b = slurp(path);
+        assert_string_equal(a, b);
+        free(a);
+        free(b);
+        hf_config_free(c);
+    }
+    model_shape sh;
+    hearth_err err;
+    assert_int_equal(hf_config_read(&sh, "tests/data/hf-configs/qwen3-vl-30b-a3b", &err),
+                     HERR_CONFIG);
+    assert_non_null(strstr(err.msg, "model_type: \"qwen3_vl_moe\" is not supported"));
+    static const config_edit relabel[MAX_EDITS] = { { "model_type", "\"qwen2_5_vl\"" } };
+    config_variant(tmp, "tests/data/hf-configs/qwen3-vl-30b-a3b", relabel);
+    assert_int_equal(hf_config_read(&sh, tmp, &err), HERR_CONFIG);
+    assert_non_null(strstr(err.msg, "text_config.attention_bias: false is not supported"));
+    assert_int_equal(tu_tmpdir_remove(tmp), 0);
+}
+
+/* Export writes config.json as it was read (numbers in their own text: rms_norm_eps
+ * 1e-05, tokens_per_second 4), only the dtype following the weights; a config made from
+ * a shape alone writes floats in their shortest form. */
+static void test_config_export_exact(void **state)
+{
+    (void)state;
+    char dir[256], src[300], out[300], path[400];
+    hearth_err err;
+    assert_int_equal(tu_tmpdir_make(dir, sizeof dir, "hfexact"), 0);
+    snprintf(src, sizeof src, "%s/src", dir);
+    snprintf(out, sizeof out, "%s/out", dir);
+    assert_int_equal(mkdir(src, 0777), 0);
+    static const config_edit eps[MAX_EDITS] = { { "text_config.rms_norm_eps", "1e-05" } };
+    config_variant(src, FIXTURE, eps);
+    hf_config *c;
+    if (hf_config_load(&c, src, &err))
+        fail_msg("%s", err.msg);
+    assert_true(c->shape.decoder.s.norm_eps == 1e-5f);
+    model *m;
+    if (model_create(&m, &c->shape, 1, &err))
+        fail_msg("%s", err.msg);
+    if (hf_weights_export(m, c, out, ST_BF16, 0, &err))
+        fail_msg("%s", err.msg);
+    snprintf(path, sizeof path, "%s/config.json", out);
+    char *a = slurp(c->file), *b = slurp(path);
+    assert_string_equal(a, b);   /* the fixture's dtype is bfloat16 already */
+    assert_non_null(strstr(b, "\"rms_norm_eps\": 1e-05,"));
+    assert_non_null(strstr(b, "\"tokens_per_second\": 4,"));
+    free(b);
+    if (hf_weights_export(m, c, out, ST_F32, 0, &err))
+        fail_msg("%s", err.msg);
+    b = slurp(path);
+    char *d = strstr(a, "\"dtype\": \"bfloat16\"");
+    assert_non_null(d);
+    size_t pre = (size_t)(d - a);
+    assert_int_equal(strncmp(a, b, pre), 0);
+    assert_int_equal(strncmp(b + pre, "\"dtype\": \"float32\"", 18), 0);
+    assert_string_equal(a + pre + 19, b + pre + 18);
+    free(b);
+
+    /* no source: made from the shape */
+    if (hf_weights_export(m, NULL, out, ST_F32, 0, &err))
+        fail_msg("%s", err.msg);
+    b = slurp(path);
+    assert_non_null(strstr(b, "\"rms_norm_eps\": 1e-05,"));
+    assert_non_null(strstr(b, "\"rope_theta\": 1000000.0,"));
+    model_shape back;
+    if (hf_config_read(&back, out, &err) || hf_config_check(&c->shape, &back, path, &err))
+        fail_msg("%s", err.msg);
+    free(a);
+    free(b);
+    model_free(m);
+
+    /* a run whose shape differs from the source is not exported with it */
+    model_shape other = c->shape;
+    other.decoder.s.norm_eps = 1e-6f;
+    assert_int_equal(hf_config_write(&other, c, out, "float32", &err), HERR_CONFIG);
+    assert_non_null(strstr(err.msg, "rms_norm_eps is 1e-05, the run's model.decoder.norm_eps "
+                                    "is 1e-06"));
+    hf_config_free(c);
+    assert_int_equal(tu_tmpdir_remove(dir), 0);
+}
+
+/* Numbers and strings as Python's json.dumps writes them. */
+static void test_json_python_text(void **state)
+{
+    (void)state;
+    static const struct {
+        double v;
+        const char *text;
+    } reals[] = {
+        { 1e-6, "1e-06" }, { 1e-5, "1e-05" }, { 1e6, "1000000.0" }, { 0.02, "0.02" },
+        { 0.0001, "0.0001" }, { 1e16, "1e+16" }, { 1e15, "1000000000000000.0" },
+        { 1.5e-7, "1.5e-07" }, { 0.1, "0.1" }, { -2.5, "-2.5" }, { 0.0, "0.0" },
+        { 123456789.125, "123456789.125" }, { 5e-324, "5e-324" },
+        { 1.7976931348623157e308, "1.7976931348623157e+308" }, { 10000.0, "10000.0" },
+        { 9.999999747378752e-06, "9.999999747378752e-06" },
+    };
+    for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++) {
+        char t[40];
+        hf_json_format_real(reals[i].v, t);
+        if (strcmp(t, reals[i].text))
+            fail_msg("%.17g: \"%s\", Python writes \"%s\"", reals[i].v, t, reals[i].text);
+    }
+    assert_true(hf_json_float_value(1e-5f) == 1e-5);
+    json_t *s = json_string("a\"\\\n\x7f\xc3\xa9\xf0\x9f\x98\x80/");
+    char *text = hf_json_dump(s, 0);
+    assert_string_equal(text, "\"a\\\"\\\\\\n\\u007f\\u00e9\\ud83d\\ude00/\"");
+    free(text);
+    json_decref(s);
+    json_t *o = json_pack("{s:[], s:{}, s:[i, b, n]}", "b", "a", "c", 1, 1);
+    text = hf_json_dump(o, HF_JSON_INDENT | HF_JSON_SORT_KEYS | HF_JSON_NEWLINE);
+    assert_string_equal(text, "{\n  \"a\": {},\n  \"b\": [],\n  \"c\": [\n    1,\n    true,\n"
+                              "    null\n  ]\n}\n");
+    free(text);
+    json_decref(o);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -355,6 +709,11 @@ int main(void)
         cmocka_unit_test(test_bad_checkpoints),
         cmocka_unit_test(test_config_mismatch),
         cmocka_unit_test(test_preset_names),
+        cmocka_unit_test(test_config_keys_refused),
+        cmocka_unit_test(test_config_keys_accepted),
+        cmocka_unit_test(test_real_configs),
+        cmocka_unit_test(test_config_export_exact),
+        cmocka_unit_test(test_json_python_text),
     };
     return cmocka_run_group_tests_name("hf_parity", tests, NULL, NULL);
 }

@@ -9,7 +9,9 @@
  * Then it runs the pending (and requeued) runs with at most `jobs` at once, in run order:
  * each run goes pending -> submitted -> running (job id recorded) -> its end, where the run
  * directory is ingested (ingest.h) and the state set from the exit code
- * (run_state_for_exit_code), the wall-time limit (timeout) or a cancel.
+ * (run_state_for_exit_code), the wall-time limit (timeout) or a cancel.  Exit 0 completes
+ * a run only when its outputs were recorded and include result.json: otherwise it failed
+ * ("exit 0 but no result.json"), like any other failure.
  *
  * Retries: a run that fails (any exit code but 2, a usage/config error that would only fail
  * again; a timeout only with resources.retry_timeout: true) or is preempted (exit 75, or

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # How the end of a local run is recorded from what its job left in the run directory:
-# a trainer that exits 0 without writing result.json failed (and status and show say so).
+# a trainer that exits 0 without writing result.json failed (and status and show say so);
+# a trainer that outlived its job script, killed with SIGKILL together with the runner, is
+# recorded from its result.json by `hearth resume`, whether it finished before the resume
+# or while the resume waited for it.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/cli/lib.sh
@@ -8,7 +11,7 @@ cd "$(dirname "$0")/../.."
 hearth_tmp finish
 make_trainer
 
-tap_plan 2
+tap_plan 4
 
 run_is() {   # run_is RUN STATE|EXIT_CODE
     local got; got=$(sql "select state || '|' || ifnull(exit_code, '-') from runs where run_id = '$1'")
@@ -33,3 +36,46 @@ shown_ok() {
     grep -Eq 'running -> failed .*exit 0\): exit 0 but no result.json' esh.out || { cat esh.out; return 1; }
 }
 tap_check "status lists it failed (exit code 0); show gives the reason" shown_ok
+
+# ---- the runner and the job script killed, the trainer goes on ----
+# orphan EXP: submits one run of EXP whose trainer is held back, then kills hearth and the
+# job script (SIGKILL, the script alone: its trainer lives on, without a parent to write
+# exit_code).
+orphan() {
+    printf 'name: %s\ntrainer: ./trainer.sh\n%s\n' "$1" "$TINY_BASE" >"$1.yaml"
+    : >hold
+    "$HEARTH_ABS" --db "$T/h.db" submit "$1.yaml" >"$1.sub.out" 2>"$1.sub.err" &
+    local pid=$! d=runs/$1/$1-1
+    wait_for 30 test -e "$d/.held"
+    wait_for 30 bash -c "[ \"\$(sqlite3 -cmd '.timeout 10000' '$T/h.db' \"select state from runs where run_id = '$1-1'\")\" = running ]"
+    kill -9 "$pid"
+    wait "$pid" 2>/dev/null
+    kill -9 "$(cut -d' ' -f1 "$d/job.lock")"
+}
+# recorded_ok NAME EXP: resume NAME recorded EXP's run from result.json: completed, exit 0,
+# its results in the database, no new run, and no exit_code file (none was written).
+recorded_ok() {
+    rc_is "$1" 0 && run_is "$2-1" 'completed|0' || { cat "$1.err"; return 1; }
+    [ ! -e "runs/$2/$2-1/exit_code" ] || { echo "the job script wrote exit_code"; return 1; }
+    [ "$(sql "select count(*) from runs r join experiments e on e.id = r.experiment_id where e.name = '$2'")" = 1 ] ||
+        { echo "a new run was made"; return 1; }
+    [ "$(sql "select count(*) from results r join runs u on u.id = r.run where u.run_id = '$2-1' and r.tokens_per_s > 0")" = 1 ] ||
+        { echo "no result recorded"; return 1; }
+    grep -q "$2-1: its job script is gone, but its trainer finished" "$1.err" &&
+        ! grep -q 'vanished' "$1.err" || { cat "$1.err"; return 1; }
+}
+
+orphan early
+rm -f hold
+wait_for 60 flock -n runs/early/early-1/job.lock true   # the trainer ended
+run_h ra resume early
+tap_check "runner and job script killed, the trainer finished before resume: recorded from result.json" recorded_ok ra early
+
+orphan late
+"$HEARTH_ABS" --db "$T/h.db" resume late >rb.out 2>rb.err &
+pid=$!
+wait_for 30 grep -q 'still running; waiting for it' rb.err
+rm -f hold
+wait "$pid"
+echo $? >rb.rc
+tap_check "runner and job script killed, the trainer finished while resume waited: recorded from result.json" recorded_ok rb late

@@ -3,7 +3,8 @@
 # a trainer that exits 0 without writing result.json failed (and status and show say so);
 # a trainer that outlived its job script, killed with SIGKILL together with the runner, is
 # recorded from its result.json by `hearth resume`, whether it finished before the resume
-# or while the resume waited for it.
+# or while the resume waited for it; a stray background child of the trainer does not
+# hold a finished run open, nor turn it into a timeout.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/cli/lib.sh
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/../.."
 hearth_tmp finish
 make_trainer
 
-tap_plan 4
+tap_plan 6
 
 run_is() {   # run_is RUN STATE|EXIT_CODE
     local got; got=$(sql "select state || '|' || ifnull(exit_code, '-') from runs where run_id = '$1'")
@@ -79,3 +80,29 @@ rm -f hold
 wait "$pid"
 echo $? >rb.rc
 tap_check "runner and job script killed, the trainer finished while resume waited: recorded from result.json" recorded_ok rb late
+
+# ---- a stray child of the trainer ----
+cat >"$T/strayer.sh" <<EOF
+#!/bin/bash
+sleep 300 >/dev/null 2>&1 &
+echo \$! >"\$HEARTH_RUN_DIR/stray.pid"
+exec "$TRAIN_ABS" "\$@"
+EOF
+chmod +x strayer.sh
+# The stray outlives the wall-time limit: the run must end with its exit code well before.
+printf 'name: stray\ntrainer: ./strayer.sh\n%s\nresources: {time: "0:30"}\n' "$TINY_BASE" >s.yaml
+run_h s submit s.yaml
+stray_ok() {
+    rc_is s 0 && run_is stray-1 'completed|0' || { cat s.err; return 1; }
+    [ "$(cat runs/stray/stray-1/exit_code)" = 0 ]
+}
+tap_check "a trainer leaves a background child: the run completes with its exit code, not a timeout" stray_ok
+# running PID: the process exists and is no zombie (an orphan's exit is reaped by init,
+# in its own time).
+running() { local s; s=$(ps -o stat= -p "$1" 2>/dev/null); [ -n "$s" ] && [ "${s#Z}" = "$s" ]; }
+gone_ok() {
+    local p; p=$(cat runs/stray/stray-1/stray.pid)
+    [ -n "$p" ] && ! running "$p" || { echo "stray $p still running"; return 1; }
+    flock -n runs/stray/stray-1/job.lock true || { echo "job.lock still held"; return 1; }
+}
+tap_check "the stray child is ended with the run's process group" gone_ok

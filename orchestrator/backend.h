@@ -97,7 +97,9 @@ int backend_open(const char *name, backend **out, hearth_err *err);
 void backend_free(backend *b);
 
 /* The local backend.  grace_ms: between SIGTERM and SIGKILL (<= 0: 10 s, or
- * $HEARTH_KILL_GRACE_MS when set). */
+ * $HEARTH_KILL_GRACE_MS when set).  A job has ended once its script wrote RUN_DIR/exit_code:
+ * processes of its group still left a second later (strays of the trainer) get SIGTERM,
+ * then SIGKILL, and the job is reported with that exit code, never as a timeout. */
 int backend_local_create(backend **out, int grace_ms, hearth_err *err);
 
 /* The Slurm backend (sbatch, squeue, scontrol, scancel from PATH; backend_slurm.c).  It

@@ -11,7 +11,13 @@
  * "PID START" (the script's pid = its process group, and the start time in seconds since
  * the epoch), so a later hearth can signal the group and enforce the wall-time limit.
  * A signal is only sent while the lock is still held, i.e. while the group is still the
- * job's: a process group id cannot be reused while any member of the group lives. */
+ * job's: a process group id cannot be reused while any member of the group lives.
+ *
+ * The job ends with its script: RUN_DIR/exit_code is the script's last act, after the
+ * trainer ended.  A process of the group that still holds the lock after that is a stray
+ * (a child the trainer left running in the background): it must neither keep the sweep
+ * waiting nor let the wall-time limit turn a finished run into a timeout, so the group is
+ * ended like a cancelled job's once the exit code has stood for EXIT_SETTLE_S. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -26,6 +32,10 @@
 #include "backend.h"
 #include "rundir.h"
 
+/* Seconds from the exit code's appearance to the SIGTERM of what is left of the group:
+ * enough for the script to finish its last line and exit. */
+#define EXIT_SETTLE_S 1.0
+
 typedef struct {
     void *tag;
     char job_id[BACKEND_JOB_ID_MAX];
@@ -37,6 +47,8 @@ typedef struct {
     int64_t limit_s;
     int stage;                /* 0 running, 1 SIGTERM sent, 2 SIGKILL sent */
     double term_at;           /* monotonic seconds of the SIGTERM */
+    int exited;               /* RUN_DIR/exit_code was seen while the lock was held */
+    double exited_at;         /* monotonic seconds when it was */
     int timed_out, cancelled;
 } ljob;
 
@@ -91,6 +103,14 @@ static void signal_job(const char *lock_path, pid_t pid, int sig)
         return;
     if (kill(-pid, sig) && errno == ESRCH)
         kill(pid, sig);
+}
+
+/* The first step of ending a job: SIGTERM now, SIGKILL after the grace period (poll). */
+static void term_job(ljob *j, double now)
+{
+    j->stage = 1;
+    j->term_at = now;
+    signal_job(j->lock_path, j->pid, SIGTERM);
 }
 
 static int lock_path_of(char *buf, size_t size, const backend_job *job, hearth_err *err)
@@ -314,6 +334,31 @@ static void finish_event(ljob *j, backend_event *e)
         e->how = BACKEND_TIMEOUT;
 }
 
+/* Moves a live job's ending on: SIGTERM at its wall-time limit, or to the strays left
+ * once its script wrote the exit code (see the top of the file); SIGKILL a grace period
+ * after a SIGTERM. */
+static void advance(const local_backend *lb, ljob *j, double now, time_t wall)
+{
+    int code;
+    /* A child's script is known to have ended once reaped; another process's job is
+     * looked at every time (it pays a lock_held call each time anyway). */
+    if (j->stage == 0 && !j->exited && (!j->is_child || j->reaped) &&
+        rundir_exit_code(j->run_dir, &code)) {
+        j->exited = 1;
+        j->exited_at = now;
+    }
+    if (j->stage == 0 && j->exited) {
+        if (now >= j->exited_at + EXIT_SETTLE_S)
+            term_job(j, now);
+    } else if (j->stage == 0 && j->limit_s > 0 && wall >= j->start + j->limit_s) {
+        j->timed_out = 1;
+        term_job(j, now);
+    } else if (j->stage == 1 && now >= j->term_at + lb->grace_ms / 1000.0) {
+        j->stage = 2;
+        signal_job(j->lock_path, j->pid, SIGKILL);
+    }
+}
+
 static int local_poll(backend *b, int timeout_ms, backend_event *ev, size_t cap, size_t *n,
                       hearth_err *err)
 {
@@ -334,15 +379,7 @@ static int local_poll(backend *b, int timeout_ms, backend_event *ev, size_t cap,
         time_t wall = time(NULL);
         for (size_t i = 0; i < lb->n && *n < cap; ) {
             ljob *j = &lb->jobs[i];
-            if (j->stage == 0 && j->limit_s > 0 && wall >= j->start + j->limit_s) {
-                j->timed_out = 1;
-                j->stage = 1;
-                j->term_at = now;
-                signal_job(j->lock_path, j->pid, SIGTERM);
-            } else if (j->stage == 1 && now >= j->term_at + lb->grace_ms / 1000.0) {
-                j->stage = 2;
-                signal_job(j->lock_path, j->pid, SIGKILL);
-            }
+            advance(lb, j, now, wall);
             if ((!j->is_child || j->reaped) && !lock_held(j->lock_path)) {
                 finish_event(j, &ev[(*n)++]);
                 free(j->run_dir);
@@ -367,11 +404,8 @@ static int local_cancel(backend *b, const backend_job *job, const char *job_id,
         ljob *j = &lb->jobs[i];
         if (strcmp(j->run_dir, job->run_dir) == 0) {
             j->cancelled = 1;
-            if (j->stage == 0) {
-                j->stage = 1;
-                j->term_at = backend_clock_s();
-                signal_job(j->lock_path, j->pid, SIGTERM);
-            }
+            if (j->stage == 0)
+                term_job(j, backend_clock_s());
             return 1;
         }
     }

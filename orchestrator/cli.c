@@ -157,8 +157,10 @@ const hcli_cmd hcli_commands[] = {
     { "cancel", "EXP|RUN...", 1, -1, "cancel the unfinished runs of an experiment, or runs",
       NULL, no_opts, cmd_cancel },
     { "resume", "EXP", 1, 1, "finish an experiment's sweep: recover and run its pending runs",
-      "Like running submit again without the spec: finished jobs are recorded, live ones "
-      "waited for, vanished ones replaced, pending ones run.", resume_opts, cmd_resume },
+      "Like running submit again without the spec: finished jobs are recorded (from "
+      "RUN_DIR/exit_code, or from the trainer's result.json when the job script died before "
+      "it), live ones waited for, vanished ones replaced, pending ones run.", resume_opts,
+      cmd_resume },
     { "logs", "RUN", 1, 1, "print a run's stdout and stderr", NULL, logs_opts, cmd_logs },
     { "query", "[FILTER]", 0, 1, "runs matching a filter expression, as a table, CSV or JSON",
       "FILTER is an expression over run fields, result fields and config keys, e.g. "

@@ -310,6 +310,21 @@ static int ingest_metrics(ingest_ctx *c, ingest_summary *sum)
     return rc;
 }
 
+/* The hearth-train exit code (DESIGN.md, "Exit codes") that result.json's exit_status
+ * stands for, -1 for a value the trainer does not write. */
+static int status_exit_code(const json_t *status)
+{
+    static const struct {
+        const char *name;
+        int code;
+    } codes[] = { { "done", 0 }, { "failed", 1 }, { "diverged", 3 } };
+    const char *s = json_string_value(status);   /* NULL when absent or not a string */
+    for (size_t i = 0; s && i < sizeof codes / sizeof *codes; i++)
+        if (strcmp(s, codes[i].name) == 0)
+            return codes[i].code;
+    return -1;
+}
+
 static int ingest_result(ingest_ctx *c, ingest_summary *sum)
 {
     FILE *f;
@@ -356,9 +371,11 @@ static int ingest_result(ingest_ctx *c, ingest_summary *sum)
     db_stmt_done(st);
     free_all(frees, db_result_fields.n);
     free(extra);
-    json_decref(obj);
-    if (rc == 0)
+    if (rc == 0) {
         sum->has_result = 1;
+        sum->result_exit_code = status_exit_code(json_object_get(obj, "exit_status"));
+    }
+    json_decref(obj);
     return rc;
 }
 
@@ -421,6 +438,7 @@ int ingest_run(hearth_db *db, const char *run_id, const char *run_dir, ingest_su
 {
     ingest_summary sum;
     memset(&sum, 0, sizeof sum);
+    sum.result_exit_code = -1;
     if (out)
         *out = sum;
     int64_t pk = 0;

@@ -25,6 +25,10 @@ typedef struct {
     long metric_rows;     /* steps recorded from it */
     int truncated_tail;   /* its last line was incomplete and skipped */
     int has_result;       /* result.json was present and recorded */
+    int result_exit_code; /* the hearth-train exit code its exit_status stands for ("done" 0,
+                             "failed" 1, "diverged" 3; DESIGN.md, "Exit codes"), -1 when
+                             there is no result.json or no such exit_status: how a trainer
+                             ended whose job script died before writing exit_code */
     int has_exit_code;    /* exit_code was present */
     int exit_code;        /* its value (also stored as runs.exit_code) */
 } ingest_summary;

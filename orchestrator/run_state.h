@@ -44,7 +44,8 @@ int run_state_is_terminal(run_state s);
 
 /* The state a finished attempt goes to from its RUN_DIR/exit_code (hearth-train's exit
  * codes): 0 completed, 75 requeued (preempted after a checkpoint), anything else failed.
- * Timeouts are known to the backend, not from the code. */
+ * Timeouts are known to the backend, not from the code; the sweep fails a completed one
+ * that left no result.json (sweep.h). */
 run_state run_state_for_exit_code(int code);
 
 #endif

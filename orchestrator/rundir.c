@@ -471,9 +471,11 @@ int rundir_has_checkpoint(const char *run_dir)
 int rundir_archive_attempt(const char *run_dir, int attempt, int keep_outputs,
                            hearth_err *err)
 {
-    static const char *const always[] = { "stdout.log", "stderr.log", "exit_code" };
-    static const char *const outputs[] = { "metrics.jsonl", "result.json", "train.log",
-                                           "config.json" };
+    /* result.json sums up the attempt that wrote it (a resumed trainer writes its own):
+     * left in place, it would speak for a later attempt that ended without one. */
+    static const char *const always[] = { "stdout.log", "stderr.log", "exit_code",
+                                          "result.json" };
+    static const char *const outputs[] = { "metrics.jsonl", "train.log", "config.json" };
     char dir[4200], from[4200], to[4300];
     char sub[32];
     snprintf(sub, sizeof sub, "attempt-%d", attempt - 1);

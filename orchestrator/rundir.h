@@ -80,9 +80,10 @@ int rundir_exit_code(const char *run_dir, int *code);
 int rundir_has_checkpoint(const char *run_dir);
 
 /* Before attempt `attempt` (2, 3, ...) of a run: moves the previous attempt's stdout.log,
- * stderr.log and exit_code (and, unless `keep_outputs`, metrics.jsonl and result.json) into
- * RUN_DIR/attempt-<attempt-1>/.  A preempted run keeps its outputs (its checkpoint lives
- * there and the trainer continues from it). */
+ * stderr.log, exit_code and result.json (and, unless `keep_outputs`, metrics.jsonl,
+ * train.log and config.json) into RUN_DIR/attempt-<attempt-1>/.  A preempted run keeps its
+ * outputs (its checkpoint lives there and the trainer continues from it); its result.json
+ * goes all the same, so that a later attempt is never recorded from an earlier one's. */
 int rundir_archive_attempt(const char *run_dir, int attempt, int keep_outputs,
                            hearth_err *err);
 

@@ -298,13 +298,70 @@ static int replace_run(sweeper *sw, const char *run_id, const rundir_job *job)
 
 /* ---- ending a run ------------------------------------------------------------------------ */
 
-/* Records how a job ended: ingest, then the state (or another attempt). */
-static int finish(sweeper *sw, flight *f, const backend_event *ev)
+/* The exit code a vanished job's trainer left in result.json (ingest.h), -1 when there is
+ * none to trust: the directory could not be ingested, or result.json is absent or says
+ * nothing the trainer writes. */
+static int result_exit_code(const ingest_summary *sum, const hearth_err *ierr)
 {
-    ingest_summary sum;
-    memset(&sum, 0, sizeof sum);
-    hearth_err ierr;
-    int irc = ingest_run(sw->db, f->run_id, f->run_dir, &sum, &ierr);
+    return ierr ? -1 : sum->result_exit_code;
+}
+
+/* The state a job's end leads to, with *code (the exit code to record, -1: none) and the
+ * note for the history.  `ierr`: why the run directory could not be ingested, NULL when it
+ * was.  Retries are decided by the caller. */
+static run_state end_state(const flight *f, const backend_event *ev, const ingest_summary *sum,
+                           const hearth_err *ierr, int *code, char *note, size_t size)
+{
+    *code = ev->has_exit_code ? ev->exit_code : -1;
+    switch (ev->how) {
+    case BACKEND_CANCELLED:
+        snprintf(note, size, "cancelled");
+        return RUN_CANCELLED;
+    case BACKEND_TIMEOUT:
+        snprintf(note, size, "wall-time limit of %llds reached", (long long)f->job.time_limit_s);
+        return RUN_TIMEOUT;
+    case BACKEND_REQUEUE:
+        snprintf(note, size, "ended by the scheduler (node failure or preemption)");
+        return RUN_REQUEUED;
+    case BACKEND_VANISHED:
+        if (result_exit_code(sum, ierr) >= 0) {
+            /* The job script died (killed with its runner) but its trainer went on to the
+             * end: the trainer's own summary says how the run ended. */
+            *code = result_exit_code(sum, ierr);
+            snprintf(note, size, "exit code %d from result.json (the job script ended "
+                     "without writing exit_code)", *code);
+            return run_state_for_exit_code(*code);
+        }
+        if (*code >= 0)
+            snprintf(note, size, "job process vanished (status %d)", *code);
+        else
+            snprintf(note, size, "job process vanished");
+        return RUN_FAILED;
+    default:
+        break;
+    }
+    snprintf(note, size, "exit code %d", *code);
+    run_state to = run_state_for_exit_code(*code);
+    if (to != RUN_COMPLETED)
+        return to;
+    /* Exit 0 is only the launcher's word: a run is completed by its recorded results. */
+    if (ierr) {
+        snprintf(note, size, "exit code 0, but its outputs could not be recorded: %.1000s",
+                 ierr->msg);
+        return RUN_FAILED;
+    }
+    if (!sum->has_result) {
+        snprintf(note, size, "exit 0 but no result.json");
+        return RUN_FAILED;
+    }
+    return RUN_COMPLETED;
+}
+
+/* Records how a job ended, its run directory already ingested (`sum`; `ierr` says why it
+ * could not be, NULL when it was): the state, or another attempt. */
+static int record_end(sweeper *sw, flight *f, const backend_event *ev,
+                      const ingest_summary *sum, const hearth_err *ierr)
+{
     run_info ri;
     memset(&ri, 0, sizeof ri);
     int rc = runs_db_get(sw->db, f->run_id, &ri, sw->err);
@@ -317,42 +374,13 @@ static int finish(sweeper *sw, flight *f, const backend_event *ev)
         run_info_free(&ri);
         return 0;
     }
-    int code = ev->has_exit_code ? ev->exit_code : -1;
+    int code;
     char note[1200];
-    run_state to;
-    switch (ev->how) {
-    case BACKEND_CANCELLED:
-        to = RUN_CANCELLED;
-        snprintf(note, sizeof note, "cancelled");
-        break;
-    case BACKEND_TIMEOUT:
-        to = RUN_TIMEOUT;
-        snprintf(note, sizeof note, "wall-time limit of %llds reached",
-                 (long long)f->job.time_limit_s);
-        break;
-    case BACKEND_REQUEUE:
-        to = RUN_REQUEUED;
-        snprintf(note, sizeof note, "ended by the scheduler (node failure or preemption)");
-        break;
-    case BACKEND_VANISHED:
-        to = RUN_FAILED;
-        if (code >= 0)
-            snprintf(note, sizeof note, "job process vanished (status %d)", code);
-        else
-            snprintf(note, sizeof note, "job process vanished");
-        break;
-    default:
-        to = run_state_for_exit_code(code);
-        snprintf(note, sizeof note, "exit code %d", code);
-        if (to == RUN_COMPLETED && irc) {
-            to = RUN_FAILED;
-            snprintf(note, sizeof note, "exit code 0, but its outputs could not be recorded: "
-                     "%.1000s", ierr.msg);
-        }
-        break;
-    }
-    if (irc && to != RUN_COMPLETED)
-        say(sw, "%s: %s", f->run_id, ierr.msg);
+    run_state to = end_state(f, ev, sum, ierr, &code, note, sizeof note);
+    if (ierr && to != RUN_COMPLETED)
+        say(sw, "%s: %s", f->run_id, ierr->msg);
+    if (ev->how == BACKEND_VANISHED && to == RUN_COMPLETED)   /* else said below */
+        say(sw, "%s: its job script is gone, but its trainer finished: %s", f->run_id, note);
     run_transition t = { .has_exit_code = code >= 0, .exit_code = code, .note = note };
     int retryable = sweep_retryable(to, code, f->job.retry_timeout);
     if (retryable && ri.attempts < 1 + f->job.retries) {
@@ -390,6 +418,15 @@ static int finish(sweeper *sw, flight *f, const backend_event *ev)
     }
     run_info_free(&ri);
     return rc < 0 ? rc : 0;
+}
+
+/* Records how a job ended: ingest, then the state (or another attempt). */
+static int finish(sweeper *sw, flight *f, const backend_event *ev)
+{
+    ingest_summary sum;
+    hearth_err ierr;
+    int irc = ingest_run(sw->db, f->run_id, f->run_dir, &sum, &ierr);
+    return record_end(sw, f, ev, &sum, irc ? &ierr : NULL);
 }
 
 int sweep_retryable(run_state to, int exit_code, int retry_timeout)
@@ -706,18 +743,25 @@ static int reconcile_one(sweeper *sw, const run_info *ri)
         }
         return rc < 0 ? rc : 0;
     }
+    /* It ended while no runner watched it: recorded from the exit_code its job script
+     * wrote, or from the trainer's result.json when the script died before the trainer
+     * ended (killed together with its runner). */
     backend_event ev;
     memset(&ev, 0, sizeof ev);
+    ev.how = BACKEND_VANISHED;
     if (rundir_exit_code(f->run_dir, &ev.exit_code)) {
         ev.how = BACKEND_EXITED;
         ev.has_exit_code = 1;
-        rc = finish(sw, f, &ev);
+    }
+    ingest_summary sum;
+    hearth_err ierr;
+    int irc = ingest_run(sw->db, ri->run_id, ri->run_dir, &sum, &ierr);
+    if (ev.how == BACKEND_EXITED || result_exit_code(&sum, irc ? &ierr : NULL) >= 0) {
+        rc = record_end(sw, f, &ev, &sum, irc ? &ierr : NULL);
         flight_free(f);
         return rc;
     }
     /* Neither alive nor finished: its job died with the machine or was killed outright. */
-    hearth_err ierr;
-    ingest_run(sw->db, ri->run_id, ri->run_dir, NULL, &ierr);
     run_transition t = { .note = "job process vanished" };
     rc = move(sw, ri->run_id, RUN_FAILED, &t);
     if (rc == 0) {

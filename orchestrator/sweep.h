@@ -4,12 +4,18 @@
  * run of the experiment that is submitted or running):
  *   - the job is still alive (backend_track): it is waited for like one of ours;
  *   - it ended and left RUN_DIR/exit_code: it is ingested and finished as usual;
+ *   - it ended without exit_code but its trainer wrote a result.json that ingests and
+ *     names its exit_status (the job script was killed, the trainer went on to the end):
+ *     it is finished as if exit_code held the code that status stands for;
  *   - otherwise the run failed ("job process vanished") and its point gets a new run
  *     (when the point has fewer than `repeat` runs completed or on their way).
  * Then it runs the pending (and requeued) runs with at most `jobs` at once, in run order:
  * each run goes pending -> submitted -> running (job id recorded) -> its end, where the run
  * directory is ingested (ingest.h) and the state set from the exit code
- * (run_state_for_exit_code), the wall-time limit (timeout) or a cancel.
+ * (run_state_for_exit_code), the wall-time limit (timeout) or a cancel.  A job the backend
+ * saw vanish is recorded from its result.json in the same way.  Exit 0 completes a run only
+ * when its outputs were recorded and include result.json: otherwise it failed ("exit 0 but
+ * no result.json"), like any other failure.
  *
  * Retries: a run that fails (any exit code but 2, a usage/config error that would only fail
  * again; a timeout only with resources.retry_timeout: true) or is preempted (exit 75, or

@@ -6,6 +6,8 @@
 # cannot run cuda here): each task records its Slurm and PMIx rank and node, then runs
 # `hearth-train --check-bootstrap`, a PMIx all-gather among the 4 ranks that passes only if
 # every rank saw every other.  Rank 0's --out is the run directory, rank R's RUN_DIR/rank-R.
+# The check writes no result.json, so the run that ran to exit 0 is recorded failed ("exit 0
+# but no result.json").
 # Also: ranks that disagree with nodes x gpus_per_node are pruned at plan time (rule
 # ranks_match_gpus); the local backend refuses a cuda run of several ranks.
 set -u
@@ -46,13 +48,15 @@ cuda_spec slcuda 2 2 4 >c.yaml
 run_h c submit c.yaml --backend slurm
 D=runs/slcuda/slcuda-1
 
-completed_ok() {
-    rc_is c 0 || return 1
-    [ "$(sql "select state, backend, exit_code from runs")" = "completed|slurm|0" ] ||
+ran_ok() {
+    rc_is c 1 || return 1
+    [ "$(sql "select state, backend, exit_code from runs")" = "failed|slurm|0" ] ||
         { sql "select run_id, state, backend, exit_code from runs"; cat "$D/stdout.log" "$D/stderr.log"; return 1; }
-    [ "$(cat "$D/exit_code")" = 0 ]
+    [ "$(cat "$D/exit_code")" = 0 ] &&
+        [ "$(sql "select count(*) from run_events where note = 'exit 0 but no result.json'")" = 1 ] ||
+        { sql "select to_state, note from run_events"; return 1; }
 }
-tap_check "nodes 2 x gpus_per_node 2, ranks 4: the run completed (SQLite and RUN_DIR/exit_code)" completed_ok
+tap_check "nodes 2 x gpus_per_node 2, ranks 4: the job ran to exit 0 (SQLite and RUN_DIR/exit_code); no result.json, so failed" ran_ok
 
 sbatch_ok() {
     [ "$(grep -c '^sbatch ' calls.log)" = 1 ] &&

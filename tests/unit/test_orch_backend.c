@@ -1,7 +1,8 @@
 /* test_orch_backend.c - the local backend: a job's exit code (from RUN_DIR/exit_code, or
  * the wait status when the script wrote none), the wall-time limit (SIGTERM to the whole
- * process group), cancel, and a job taken over by another backend instance (what a
- * restarted `hearth submit` does) with liveness from the job lock, not the pid. */
+ * process group), cancel, a job taken over by another backend instance (what a
+ * restarted `hearth submit` does) with liveness from the job lock, not the pid, and a
+ * stray process that outlives the job's exit code. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -217,6 +218,44 @@ static void test_track_and_untracked_cancel(void **state)
     drop_job(&never);
 }
 
+/* A stray of the job (a background child its trainer never waited for) still holds the
+ * job lock after the script wrote its exit code: the job ends all the same, with that code
+ * and not as a timeout, and the stray goes with its group; also for a job that another
+ * backend instance took over. */
+static void test_stray_after_exit(void **state)
+{
+    (void)state;
+    backend *first, *second;
+    hearth_err err;
+    assert_int_equal(backend_local_create(&first, 300, &err), 0);
+    assert_int_equal(backend_local_create(&second, 300, &err), 0);
+    job_dir j, k;
+    make_job(&j, "sleep 60 & echo 0 > exit_code");
+    make_job(&k, "sleep 60 & echo 4 > exit_code");
+    /* The stray would outlive the wall-time limit. */
+    backend_job a = bj_of(&j, 10), c = bj_of(&k, 0);
+    char ida[BACKEND_JOB_ID_MAX], idc[BACKEND_JOB_ID_MAX], got[BACKEND_JOB_ID_MAX];
+    assert_int_equal(first->ops->submit(first, &a, NULL, ida, &err), 0);
+    backend_event ev = poll_one(first, 30);
+    assert_int_equal(ev.how, BACKEND_EXITED);
+    assert_true(ev.has_exit_code);
+    assert_int_equal(ev.exit_code, 0);
+    assert_true(lock_free(&j));   /* the stray is gone */
+    /* Taken over: the new instance cannot reap the script, it reads the exit code. */
+    assert_int_equal(first->ops->submit(first, &c, NULL, idc, &err), 0);
+    int tag;
+    assert_int_equal(second->ops->track(second, &c, idc, &tag, got, &err), 1);
+    ev = poll_one(second, 30);
+    assert_ptr_equal(ev.tag, &tag);
+    assert_int_equal(ev.how, BACKEND_EXITED);
+    assert_int_equal(ev.exit_code, 4);
+    assert_true(lock_free(&k));
+    backend_free(second);
+    backend_free(first);
+    drop_job(&j);
+    drop_job(&k);
+}
+
 static void test_open(void **state)
 {
     (void)state;
@@ -237,6 +276,7 @@ int main(void)
         cmocka_unit_test(test_time_limit_kills_group),
         cmocka_unit_test(test_cancel_tracked),
         cmocka_unit_test(test_track_and_untracked_cancel),
+        cmocka_unit_test(test_stray_after_exit),
         cmocka_unit_test(test_open),
     };
     return cmocka_run_group_tests_name("orch_backend", tests, NULL, NULL);

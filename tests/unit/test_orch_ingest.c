@@ -1,7 +1,8 @@
 /* test_orch_ingest.c - ingest of run directories: values recorded exactly, idempotence
  * (twice gives the same rows), malformed files (metrics line, result.json, exit_code)
  * name FILE:LINE and leave the database unchanged, truncated last lines, absent files,
- * duplicate steps, a config hash that belongs to another run.
+ * duplicate steps, a config hash that belongs to another run, result.json's exit_status
+ * as an exit code.
  * Fresh random data in a real SQLite file in a temporary directory every run. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -605,6 +606,41 @@ static void test_fast_numbers(void **state)
     }
 }
 
+/* result.json's exit_status as the hearth-train exit code it stands for: what a run is
+ * recorded from when its job script died before writing exit_code. */
+static void test_result_exit_status(void **state)
+{
+    fixture *f = *state;
+    static const struct {
+        const char *status;   /* JSON text of the value; NULL: no exit_status */
+        int code;
+    } cases[] = { { "\"done\"", 0 }, { "\"failed\"", 1 }, { "\"diverged\"", 3 },
+                  { "\"preempted\"", -1 }, { "0", -1 }, { NULL, -1 } };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char text[400];
+        snprintf(text, sizeof text, "{\"config_hash\": \"%s\", \"steps\": 3%s%s}", f->hash,
+                 cases[i].status ? ", \"exit_status\": " : "",
+                 cases[i].status ? cases[i].status : "");
+        write_file(f->run_dir, "result.json", text);
+        ingest_summary sum;
+        hearth_err err = {{0}};
+        if (ingest_run(f->db, f->run_id, NULL, &sum, &err))
+            fail_msg("ingest: %s", err.msg);
+        assert_true(sum.has_result);
+        if (sum.result_exit_code != cases[i].code)
+            fail_msg("exit_status %s: exit code %d, want %d", cases[i].status ? cases[i].status
+                     : "absent", sum.result_exit_code, cases[i].code);
+    }
+    char path[600];
+    snprintf(path, sizeof path, "%s/result.json", f->run_dir);
+    unlink(path);
+    ingest_summary sum;
+    hearth_err err = {{0}};
+    assert_int_equal(ingest_run(f->db, f->run_id, NULL, &sum, &err), 0);
+    assert_false(sum.has_result);
+    assert_int_equal(sum.result_exit_code, -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -612,6 +648,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_malformed_metrics_line, setup, teardown),
         cmocka_unit_test_setup_teardown(test_malformed_result_and_exit_code, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncated_tail_and_duplicates, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_result_exit_status, setup, teardown),
         cmocka_unit_test(test_fast_numbers),
     };
     return cmocka_run_group_tests_name("orch_ingest", tests, NULL, NULL);

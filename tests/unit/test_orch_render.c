@@ -366,13 +366,19 @@ static void test_exit_code_and_archive(void **state)
     snprintf(path, sizeof path, "%s/attempt-1/result.json", d);
     assert_int_equal(access(path, F_OK), 0);
     assert_int_equal(rundir_exit_code(d, &code), 0);
-    /* A preempted run keeps its outputs in place for the next attempt. */
+    /* A preempted run keeps its outputs in place for the next attempt, but not the
+     * summary of the attempt that ended: a later attempt must not be recorded from it. */
     write_text(d, "exit_code", "75\n");
     write_text(d, "metrics.jsonl", "{}\n");
+    write_text(d, "result.json", "{}");
     assert_int_equal(rundir_archive_attempt(d, 3, 1, &err), 0);
     snprintf(path, sizeof path, "%s/metrics.jsonl", d);
     assert_int_equal(access(path, F_OK), 0);
     snprintf(path, sizeof path, "%s/attempt-2/exit_code", d);
+    assert_int_equal(access(path, F_OK), 0);
+    snprintf(path, sizeof path, "%s/result.json", d);
+    assert_int_equal(access(path, F_OK), -1);
+    snprintf(path, sizeof path, "%s/attempt-2/result.json", d);
     assert_int_equal(access(path, F_OK), 0);
     /* A run with a checkpoint resumes from it (and keeps its outputs, sweep.c). */
     assert_int_equal(rundir_has_checkpoint(d), 0);

@@ -1,0 +1,251 @@
+/* bench_kdev_gpu.cu - the cuda device's ops (kdev.h, precision BF16 as hearth-train runs
+ * them) at the shapes of one GPT-2 124M micro batch of 16 x 1024 tokens, one row per op,
+ * and what they add up to over a training step of 4 such micro batches: where the step's
+ * time goes op by op, without the model around it.  Beside the ops, the raw cuBLASLt
+ * GEMMs of the LM head (bf16 operands; fp32 output with the vocabulary's 50257 columns,
+ * the same padded to 50264, bf16 output) show what the head's output layout costs.
+ *
+ * Each row: 2 warm-up calls, then REPS calls back to back and one kdev_sync, wall time
+ * over REPS (the GPU's throughput for the op, launch gaps included).  Inputs are random;
+ * outputs are overwritten or accumulated as the model does.  Usage:
+ *   bench_kdev_gpu            (the backend library: $HEARTH_CUDA_LIB or ../lib/) */
+extern "C" {
+#include "kdev.h"
+}
+#include "contrib/bench/bench_gpu_util.h"
+
+#include <vector>
+
+#define REPS 10
+
+/* GPT-2 124M, one micro batch */
+enum { B = 16, T = 1024, N = B * T, C = 768, F = 3072, V = 50257, H = 12, D = 64, L = 12,
+       MICRO = 4 };
+
+struct bench {
+    kdev *d;
+    std::vector<void *> bufs;
+    uint64_t seed;
+    double step_ms;    /* the ops' estimate of one training step */
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static float *fbuf(bench *b, size_t n, float lo = -1.0f, float hi = 1.0f)
+{
+    void *p = NULL;
+    if (kdev_alloc(b->d, &p, n * sizeof(float))) {
+        printf("# alloc %zu floats: %s\n", n, kdev_errmsg(b->d));
+        exit(1);
+    }
+    bg_fill_f32((float *)p, n, b->seed++, lo, hi);
+    b->bufs.push_back(p);
+    return (float *)p;
+}
+
+static void *ibuf(bench *b, const std::vector<int> &h)
+{
+    void *p = NULL;
+    if (kdev_alloc(b->d, &p, h.size() * sizeof(int)) ||
+        kdev_upload(b->d, p, h.data(), h.size() * sizeof(int))) {
+        printf("# int buffer: %s\n", kdev_errmsg(b->d));
+        exit(1);
+    }
+    b->bufs.push_back(p);
+    return p;
+}
+
+/* Times f (REPS calls, one sync) and prints a row; per_step: calls in one training step,
+ * bytes and flops of one call (0: not shown). */
+template <typename Fn>
+static void row(bench *b, const char *name, int per_step, double gbytes, double gflop, Fn f)
+{
+    cudaDeviceSynchronize();
+    for (int i = 0; i < 2; i++)
+        f();
+    kdev_sync(b->d);
+    double t0 = now_ms();
+    for (int i = 0; i < REPS; i++)
+        f();
+    int rc = kdev_sync(b->d);
+    double ms = (now_ms() - t0) / REPS;
+    if (rc || kdev_status(b->d)) {
+        printf("| %s | failed: %s |\n", name, kdev_errmsg(b->d));
+        kdev_status_clear(b->d);
+        return;
+    }
+    b->step_ms += ms * per_step;
+    char gbs[32] = "", tfs[32] = "";
+    if (gbytes > 0)
+        snprintf(gbs, sizeof gbs, "%.0f", gbytes / ms);
+    if (gflop > 0)
+        snprintf(tfs, sizeof tfs, "%.0f", gflop / ms);
+    printf("| %s | %.3f | %d | %.1f | %s | %s |\n", name, ms, per_step, ms * per_step, gbs, tfs);
+    fflush(stdout);
+}
+
+/* Raw cuBLASLt LM-head forward through a kcuda context of its own (not in the step). */
+static void head_raw(bench *b)
+{
+    kcuda_ctx *k = NULL;
+    char err[256];
+    if (kcuda_ctx_create(&k, NULL, 0, err, sizeof err) < 0) {
+        printf("# kcuda context: %s\n", err);
+        return;
+    }
+    const int Vp = (V + 7) & ~7;
+    void *a, *w, *o;
+    cudaMalloc(&a, (size_t)N * C * 2);
+    cudaMalloc(&w, (size_t)Vp * C * 2);
+    cudaMalloc(&o, (size_t)N * Vp * 4);
+    bg_fill_bf16(a, (size_t)N * C, b->seed++, -1, 1);
+    bg_fill_bf16(w, (size_t)Vp * C, b->seed++, -1, 1);
+    cudaDeviceSynchronize();
+    const double gf = 2.0 * N * C * V * 1e-9;
+    struct { const char *name; int n, f32; } v[] = {
+        {"raw head GEMM, fp32 out, N 50257", V, 1},
+        {"raw head GEMM, fp32 out, N 50264", Vp, 1},
+        {"raw head GEMM, bf16 out, N 50264", Vp, 0},
+    };
+    for (auto &x : v) {
+        float ms = bg_median_ms(k, x.name, 2, REPS, [&]() {
+            return x.f32 ? kcuda_matmul_forward_bf16_f32out(k, (float *)o, (kcuda_bf16 *)a,
+                                                            (kcuda_bf16 *)w, NULL, N, C, x.n)
+                         : kcuda_matmul_forward_bf16(k, (kcuda_bf16 *)o, (kcuda_bf16 *)a,
+                                                     (kcuda_bf16 *)w, NULL, N, C, x.n);
+        });
+        printf("| %s | %.3f | - | - | | %.0f |\n", x.name, ms, gf / ms);
+    }
+    cudaFree(a);
+    cudaFree(w);
+    cudaFree(o);
+    kcuda_ctx_free(k);
+}
+
+int main(void)
+{
+    cudaDeviceProp prop;
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("bench_kdev_gpu: no CUDA device\n");
+        return 0;
+    }
+    cudaGetDeviceProperties(&prop, 0);
+    static bench b;
+    char err[600];
+    if (kdev_create(&b.d, KDEV_CUDA, err, sizeof err)) {
+        printf("bench_kdev_gpu: %s\n", err);
+        return 1;
+    }
+    kdev_set_precision(b.d, KDEV_PREC_BF16);
+    b.seed = bg_seed();
+    printf("# %s, %d SMs; GPT-2 124M micro batch %d x %d, precision bf16; per step: %d micro "
+           "batches x %d layers\n", prop.name, prop.multiProcessorCount, B, T, MICRO, L);
+    printf("| op | ms/call | calls/step | ms/step | GB/s | TFLOP/s |\n|---|---:|---:|---:|---:|---:|\n");
+    const int LS = L * MICRO;   /* per-layer ops in a step */
+
+    /* activations and weights of one layer */
+    float *x = fbuf(&b, (size_t)N * C), *y = fbuf(&b, (size_t)N * C), *dx = fbuf(&b, (size_t)N * C);
+    float *qkv = fbuf(&b, (size_t)N * 3 * C), *dqkv = fbuf(&b, (size_t)N * 3 * C);
+    float *u = fbuf(&b, (size_t)N * F), *du = fbuf(&b, (size_t)N * F), *a = fbuf(&b, (size_t)N * F);
+    float *wqkv = fbuf(&b, (size_t)3 * C * C, -0.05f, 0.05f), *bqkv = fbuf(&b, 3 * C);
+    float *wo = fbuf(&b, (size_t)C * C, -0.05f, 0.05f), *bo = fbuf(&b, C);
+    float *w1 = fbuf(&b, (size_t)F * C, -0.05f, 0.05f), *b1 = fbuf(&b, F);
+    float *w2 = fbuf(&b, (size_t)C * F, -0.05f, 0.05f), *b2 = fbuf(&b, C);
+    float *gw = fbuf(&b, (size_t)F * C), *gb = fbuf(&b, F);
+    float *lnw = fbuf(&b, C), *lnb = fbuf(&b, C), *mean = fbuf(&b, N), *rstd = fbuf(&b, N, 0.5f, 1.5f);
+    const double g = 2e-9 * N;   /* GFLOP per unit of K x N of a forward GEMM */
+
+    row(&b, "matmul fwd qkv 768->2304 (+bias)", LS, 0, g * C * 3 * C,
+        [&] { return kdev_matmul_forward(b.d, qkv, x, wqkv, bqkv, N, C, 3 * C); });
+    row(&b, "matmul fwd proj 768->768", LS, 0, g * C * C,
+        [&] { return kdev_matmul_forward(b.d, y, x, wo, bo, N, C, C); });
+    row(&b, "matmul fwd fc1 768->3072", LS, 0, g * C * F,
+        [&] { return kdev_matmul_forward(b.d, u, x, w1, b1, N, C, F); });
+    row(&b, "matmul fwd fc2 3072->768", LS, 0, g * F * C,
+        [&] { return kdev_matmul_forward(b.d, y, a, w2, b2, N, F, C); });
+    row(&b, "matmul bwd qkv", LS, 0, 2 * g * C * 3 * C,
+        [&] { return kdev_matmul_backward(b.d, dx, gw, gb, dqkv, x, wqkv, N, C, 3 * C); });
+    row(&b, "matmul bwd proj", LS, 0, 2 * g * C * C,
+        [&] { return kdev_matmul_backward(b.d, dx, gw, gb, y, x, wo, N, C, C); });
+    row(&b, "matmul bwd fc1", LS, 0, 2 * g * C * F,
+        [&] { return kdev_matmul_backward(b.d, dx, gw, gb, du, x, w1, N, C, F); });
+    row(&b, "matmul bwd fc2", LS, 0, 2 * g * F * C,
+        [&] { return kdev_matmul_backward(b.d, du, gw, gb, y, a, w2, N, F, C); });
+
+    const double act = (double)N * C * 4e-9;   /* GB of one fp32 [N, C] tensor */
+    row(&b, "layernorm fwd", 2 * LS, 2 * act, 0,
+        [&] { return kdev_layernorm_forward(b.d, y, mean, rstd, x, lnw, lnb, N, C, 1e-5f); });
+    row(&b, "layernorm bwd", 2 * LS, 3 * act, 0, [&] {
+        return kdev_layernorm_backward(b.d, dx, gw, gb, y, x, lnw, mean, rstd, N, C);
+    });
+    row(&b, "gelu fwd", LS, 2 * act * 4, 0,
+        [&] { return kdev_gelu_forward(b.d, a, u, (size_t)N * F, KGELU_TANH); });
+    row(&b, "gelu bwd", LS, 3 * act * 4, 0,
+        [&] { return kdev_gelu_backward(b.d, du, a, u, (size_t)N * F, KGELU_TANH); });
+    row(&b, "add (residual)", 2 * LS, 3 * act, 0,
+        [&] { return kdev_add(b.d, y, x, dx, (size_t)N * C); });
+    row(&b, "accumulate (residual grad)", 2 * LS, 3 * act, 0,
+        [&] { return kdev_accumulate(b.d, dx, y, (size_t)N * C); });
+    row(&b, "copy_2d qkv split (one of 3)", 6 * LS, 2 * act, 0, [&] {
+        return kdev_copy_2d(b.d, y, C * 4, qkv + C, 3 * C * 4, C * 4, N);
+    });
+
+    /* attention: 16 causal sequences of 1024 */
+    std::vector<int> cu(B + 1);
+    for (int i = 0; i <= B; i++)
+        cu[i] = i * T;
+    int *cu_d = (int *)ibuf(&b, cu);
+    float *q = fbuf(&b, (size_t)N * C), *k = fbuf(&b, (size_t)N * C), *v = fbuf(&b, (size_t)N * C);
+    float *att = fbuf(&b, (size_t)N * C), *lse = fbuf(&b, (size_t)N * H);
+    float *dq = fbuf(&b, (size_t)N * C), *dk = fbuf(&b, (size_t)N * C), *dv = fbuf(&b, (size_t)N * C);
+    const double af = 4e-9 * B * (double)T * T * D * H / 2;   /* causal forward */
+    row(&b, "attention fwd (bf16 flash + conversions)", LS, 0, af, [&] {
+        return kdev_attention_forward(b.d, att, lse, q, k, v, cu_d, B, T, N, H, H, D, 1);
+    });
+    row(&b, "attention bwd (bf16 flash + conversions)", LS, 0, 2.5 * af, [&] {
+        return kdev_attention_backward(b.d, dq, dk, dv, att, q, k, v, att, lse, cu_d, B, T, N,
+                                       H, H, D, 1);
+    });
+
+    /* the LM head and its cross-entropy over the whole micro batch (one chunk) */
+    float *wte = fbuf(&b, (size_t)V * C, -0.05f, 0.05f), *gwte = fbuf(&b, (size_t)V * C);
+    float *logits = fbuf(&b, (size_t)N * V), *cmax = fbuf(&b, N), *losses = fbuf(&b, N);
+    std::vector<int> tg(N);
+    for (int i = 0; i < N; i++)
+        tg[i] = (int)((i * 2654435761u) % V);
+    int *tg_d = (int *)ibuf(&b, tg);
+    void *sums = NULL, *lsed = NULL;
+    kdev_alloc(b.d, &sums, 2 * (size_t)N * sizeof(double));
+    kdev_alloc(b.d, &lsed, (size_t)N * sizeof(double));
+    const double lg = (double)N * V * 4e-9;
+    row(&b, "LM head matmul fwd 768->50257", MICRO, 0, g * C * V,
+        [&] { return kdev_matmul_forward(b.d, logits, x, wte, NULL, N, C, V); });
+    row(&b, "ce_rowmax", MICRO, lg, 0, [&] { return kdev_ce_rowmax(b.d, cmax, logits, N, V); });
+    row(&b, "ce_rowsum", MICRO, lg, 0, [&] {
+        return kdev_ce_rowsum(b.d, (double *)sums, logits, cmax, tg_d, 0, N, V);
+    });
+    row(&b, "ce_finish", MICRO, 0, 0, [&] {
+        return kdev_ce_finish(b.d, (double *)lsed, losses, cmax, (const double *)sums, N);
+    });
+    row(&b, "ce_grad (in place)", MICRO, 2 * lg, 0, [&] {
+        return kdev_ce_grad(b.d, logits, logits, (const double *)lsed, tg_d, 0, 1.0 / N, N, V);
+    });
+    row(&b, "LM head matmul bwd (dinp, dW)", MICRO, 0, 2 * g * C * V, [&] {
+        return kdev_matmul_backward(b.d, dx, gwte, NULL, logits, x, wte, N, C, V);
+    });
+    printf("| **sum: one training step (%d micro batches)** | | | %.1f | | |\n", MICRO,
+           b.step_ms);
+    head_raw(&b);
+    for (void *p : b.bufs)
+        kdev_release(b.d, p);
+    kdev_release(b.d, sums);
+    kdev_release(b.d, lsed);
+    kdev_free(b.d);
+    return 0;
+}

@@ -3,13 +3,13 @@
 #include "spec.h"
 
 #include <ctype.h>
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "shape/fields.h"
+#include "shape/file_read.h"
 #include "shape/model_shape.h"
 #include "shape/run_config.h"
 
@@ -1108,39 +1108,12 @@ int spec_parse(spec **out, const char *file, const char *text, size_t len, heart
 int spec_load(spec **out, const char *path, hearth_err *err)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return herr_set(err, HERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (len < cap)
-            break;
-        if (cap >= ((size_t)64 << 20)) {
-            free(buf);
-            fclose(f);
-            return herr_set(err, HERR_CONFIG, "%s: larger than 64 MiB", path);
-        }
-        char *grown = realloc(buf, cap * 2);
-        if (!grown) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = grown;
-        cap *= 2;
-    }
-    int read_err = ferror(f);
-    fclose(f);
-    if (!buf)
-        return herr_set(err, HERR_NOMEM, "%s: out of memory", path);
-    if (read_err) {
-        free(buf);
-        return herr_set(err, HERR_IO, "%s: read error", path);
-    }
-    int rc = spec_parse(out, path, buf, len, err);
+    char *buf;
+    size_t len;
+    int rc = file_read_bounded(path, FILE_READ_MAX_TEXT, &buf, &len, err);
+    if (rc)
+        return rc;
+    rc = spec_parse(out, path, buf, len, err);
     free(buf);
     return rc;
 }

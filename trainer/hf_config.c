@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "outputs.h"
+#include "shape/file_read.h"
 
 /* Where a config.json key lives. */
 typedef enum { SEC_TEXT, SEC_VISION, SEC_TOP } hf_section;
@@ -187,13 +188,12 @@ int hf_config_read(model_shape *out, const char *dir, hearth_err *err)
 {
     char file[4096];
     snprintf(file, sizeof file, "%s/config.json", dir);
-    json_error_t je;
-    json_t *root = json_load_file(file, 0, &je);
-    if (!root)
-        return herr_set(err, HERR_CONFIG, "%s:%d:%d: %s", file, je.line, je.column, je.text);
+    json_t *root;
+    int rc = file_read_json(file, FILE_READ_MAX_TEXT, 0, &root, err);
+    if (rc)
+        return rc == HERR_IO ? HERR_CONFIG : rc;
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "hf:%.58s", dir);
-    int rc = 0;
     const char *mt = json_string_value(json_object_get(root, "model_type"));
     json_t *vis = json_object_get(root, "vision_config");
     if (mt && strcmp(mt, "qwen2_5_vl") != 0)

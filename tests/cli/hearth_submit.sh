@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 hearth_tmp submit
 make_trainer
 
-tap_plan 23
+tap_plan 24
 
 # 3 x 2 matrix, where drops one point -> 5 points.
 cat >s.yaml <<EOF
@@ -156,6 +156,20 @@ tap_check "bad spec: exit 2, FILE:LINE:COL message" bash -c "[ \"\$(cat '$T/bad.
 printf 'name: bad2\nbase: {model: tiny-vlm}\nwhere: "train.lr >"\n' >bad2.yaml
 run_h bad2 plan bad2.yaml
 tap_check "bad where expression: exit 2, FILE:LINE:COL" bash -c "[ \"\$(cat '$T/bad2.rc')\" = 2 ] && grep -Eq 'bad2.yaml:3:[0-9]+: where' '$T/bad2.err'"
+
+# Files that never end: refused by kind, named (under a timeout: the spec reader once read
+# /dev/zero up to 64 MiB, the preset reader until memory ran out).
+zero_ok() {
+    timeout 60 "$HEARTH_ABS" --db "$T/h.db" plan /dev/zero >zs.out 2>zs.err
+    echo $? >zs.rc
+    rc_is zs 2 && grep -q '/dev/zero: not a regular file (a character device)' zs.err || return 1
+    printf 'name: zm\nbase: {model: tiny-vlm}\nmatrix:\n  model: [tiny-vlm, /dev/zero]\n' >zm.yaml
+    timeout 60 "$HEARTH_ABS" --db "$T/h.db" plan zm.yaml >zm.out 2>zm.err
+    echo $? >zm.rc
+    rc_is zm 2 && grep -q 'zm.yaml:4:21: model: /dev/zero: not a regular file' zm.err ||
+        { cat zm.out zm.err; return 1; }
+}
+tap_check "a spec or a swept model that is /dev/zero: exit 2, the path named" zero_ok
 
 # A run that fails: exit 1, state failed with its exit code.
 cat >f.yaml <<EOF

@@ -18,7 +18,7 @@
 
 static const char *const top_keys[] = {
     "name", "trainer", "base", "resources", "matrix", "zip", "include", "exclude",
-    "where", "repeat", "retries", "after", NULL,
+    "where", "repeat", "retries", "after", "max_points", NULL,
 };
 
 /* Scalar resources keys (those a point may override) and the list ones. */
@@ -994,6 +994,7 @@ static int read_spec(reader *r)
     if ((rc = expect_kind(r, "spec", root, YAML_TREE_MAP, "a mapping")))
         return rc;
     s->repeat = 1;
+    s->max_points = SPEC_MAX_POINTS_DEFAULT;
     const yaml_tree_pair *name_pair = NULL;
     /* Sections are read in a fixed order (matrix before zip, ...) whatever the file's
      * order, so "already swept" checks see the matrix first. */
@@ -1015,7 +1016,7 @@ static int read_spec(reader *r)
     }
     static const char *const order[] = {
         "name", "trainer", "base", "resources", "matrix", "zip", "include", "exclude",
-        "where", "repeat", "retries", "after", NULL,
+        "where", "repeat", "retries", "after", "max_points", NULL,
     };
     for (int o = 0; order[o]; o++) {
         const yaml_tree_pair *p = yaml_tree_get_pair(root, order[o]);
@@ -1073,6 +1074,10 @@ static int read_spec(reader *r)
             if ((rc = read_int(r, p, 0, 1000, &n)))
                 return rc;
             s->retries = (int)n;
+        } else if (strcmp(k, "max_points") == 0) {
+            if ((rc = read_int(r, p, 1, INT64_MAX, &n)))
+                return rc;
+            s->max_points = n;
         } else if (strcmp(k, "after") == 0) {
             if ((rc = read_after(r, v)))
                 return rc;

@@ -42,8 +42,8 @@
 #include <unistd.h>
 
 #include "backend.h"
-#include "render.h"
 #include "rundir.h"
+#include "shape/file_read.h"
 #include "slurm_state.h"
 
 extern char **environ;
@@ -104,45 +104,34 @@ static int token_parse(const char *from, const char *text, char **out, hearth_er
 }
 
 /* Reads the token from `path` into a malloc'd string (whitespace trimmed).  Refused when
- * the file is not a regular file or its mode is not 0600 or stricter (any bit for group
- * or others, or the owner's execute bit). */
+ * the file is not a regular file (a FIFO would block forever), is larger than
+ * FILE_READ_MAX_TOKEN (a truncated token would be sent as if whole), or its mode is not 0600
+ * or stricter (any bit for group or others, or the owner's execute bit). */
 static int read_token(const char *path, char **out, hearth_err *err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return herr_set(err, HERR_CONFIG, "slurmrest: token file %s: %s", path,
-                        strerror(errno));
+    int fd;
     struct stat st;
-    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return herr_set(err, HERR_CONFIG, "slurmrest: token file %s: not a regular file", path);
-    }
+    int rc = file_open_regular(path, &fd, &st, err);
+    if (rc)
+        return herr_prefix(err, HERR_CONFIG, "slurmrest: token file");
     if (st.st_mode & 07177) {
         close(fd);
         return herr_set(err, HERR_CONFIG, "slurmrest: token file %s has mode %04o: a token "
                         "file must have mode 0600 or stricter, no access for group or "
                         "others (chmod 600 %s)", path, (unsigned)(st.st_mode & 07777), path);
     }
-    char buf[8192];
-    size_t len = 0;
-    ssize_t r;
-    while (len < sizeof buf - 1 && (r = read(fd, buf + len, sizeof buf - 1 - len)) != 0) {
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            int e = errno;
-            close(fd);
-            return herr_set(err, HERR_IO, "slurmrest: token file %s: %s", path, strerror(e));
-        }
-        len += (size_t)r;
-    }
+    char *text;
+    size_t len;
+    rc = file_read_fd(fd, path, FILE_READ_MAX_TOKEN, &text, &len, err);
     close(fd);
-    buf[len] = 0;
+    if (rc)
+        return herr_prefix(err, rc == HERR_IO ? HERR_CONFIG : rc, "slurmrest: token file");
     char from[PATH_MAX + 16];
     snprintf(from, sizeof from, "token file %s", path);
-    int rc = token_parse(from, buf, out, err);
-    memset(buf, 0, sizeof buf);
+    rc = token_parse(from, text, out, err);
+    memset(text, 0, len);
+    free(text);
     return rc;
 }
 
@@ -510,7 +499,7 @@ static int submission(const backend_job *job, const rundir_job *rj, char **body,
 {
     *body = NULL;
     char *script = NULL;
-    int rc = render_read_file(job->script, &script, NULL, err);
+    int rc = file_read_bounded(job->script, FILE_READ_MAX_TEXT, &script, NULL, err);
     if (rc)
         return rc;
     json_t *props = json_object();

@@ -176,6 +176,11 @@ static const struct { const char *key, *doc; } spec_docs[] = {
                "points where it is false are dropped" },
     { "repeat", "runs per point (default 1): repeats share a config hash" },
     { "retries", "further attempts of a failed run (default 0)" },
+    { "max_points", "the most candidate points the spec may expand to (default 100000): the "
+                    "product of the \\fBmatrix\\fR and \\fBzip\\fR list lengths plus the "
+                    "\\fBinclude\\fR entries, counted before \\fBexclude\\fR and "
+                    "\\fBwhere\\fR; a spec over it is refused before any point is made, "
+                    "naming the count" },
     { "after", "a mapping {experiment: NAME, on: ok|any}: start only after that experiment's "
                "runs ended (all completed, or ended at all)" },
     { "nodes", "nodes per job (cuda runs)" },

@@ -15,9 +15,9 @@
 #include "backend.h"
 #include "cmd.h"
 #include "plan.h"
-#include "render.h"
 #include "runs_db.h"
 #include "select_auto.h"
+#include "shape/file_read.h"
 #include "spec.h"
 #include "sweep.h"
 #include "trainer_caps.h"
@@ -317,7 +317,7 @@ int cmd_submit(hcli_ctx *c)
     }
     if (!dry) {
         spec_real = realpath(c->argv[0], NULL);
-        if ((rc = render_read_file(c->argv[0], &spec_text, NULL, &err)) ||
+        if ((rc = file_read_bounded(c->argv[0], FILE_READ_MAX_TEXT, &spec_text, NULL, &err)) ||
             (rc = runs_db_experiment_upsert(db, s->name, spec_real ? spec_real : c->argv[0],
                                             spec_text, NULL, &err)) ||
             (rc = sweep_load_template(backend_name, tmpl_name, sizeof tmpl_name, &tmpl, &err)))

@@ -2,6 +2,7 @@
  * and where filter each candidate as it comes (expand.h). */
 #include "expand.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,32 +33,64 @@ static const char *canon(const char *key)
     return strcmp(key, "model.preset") == 0 ? "model" : key;
 }
 
-int expand_candidates(const spec *s, uint64_t *n, hearth_err *err)
+/* a * b, or UINT64_MAX when that does not fit. */
+static uint64_t mul_sat(uint64_t a, uint64_t b)
+{
+    uint64_t p;
+    return __builtin_mul_overflow(a, b, &p) ? UINT64_MAX : p;
+}
+
+uint64_t expand_candidates(const spec *s)
 {
     uint64_t prod = 1;
-    const uint64_t limit = (uint64_t)1 << 63;
-    for (int i = 0; i < s->n_matrix; i++) {
-        uint64_t v = (uint64_t)s->matrix[i].n_values;
-        if (prod > limit / v)
-            return herr_set(err, HERR_CONFIG, "%s: matrix: more than 2^63 points", s->file);
-        prod *= v;
-    }
-    for (int g = 0; g < s->n_zip; g++) {
-        uint64_t v = (uint64_t)s->zip[g].axes[0].n_values;
-        if (prod > limit / v)
-            return herr_set(err, HERR_CONFIG, "%s: matrix: more than 2^63 points", s->file);
-        prod *= v;
-    }
+    for (int i = 0; i < s->n_matrix; i++)
+        prod = mul_sat(prod, (uint64_t)s->matrix[i].n_values);
+    for (int g = 0; g < s->n_zip; g++)
+        prod = mul_sat(prod, (uint64_t)s->zip[g].axes[0].n_values);
     if (s->n_matrix == 0 && s->n_zip == 0 && s->n_include > 0)
         prod = 0;
-    *n = prod + (uint64_t)s->n_include;
-    return 0;
+    uint64_t n = prod + (uint64_t)s->n_include;
+    return n < prod ? UINT64_MAX : n;
+}
+
+/* Refuses a spec with more candidates than its max_points, before any is made; the message
+ * gives the count, the list lengths behind it, the limit and how to raise it. */
+static int check_size(const spec *s, hearth_err *err)
+{
+    uint64_t n = expand_candidates(s);
+    if (n <= (uint64_t)s->max_points)
+        return 0;
+    char count[32], lens[160] = "";
+    if (n == UINT64_MAX)
+        snprintf(count, sizeof count, "2^64 or more");
+    else
+        snprintf(count, sizeof count, "%llu", (unsigned long long)n);
+    size_t used = 0;
+    for (int w = 0; w < s->n_matrix + s->n_zip && used < sizeof lens; w++) {
+        int len = w < s->n_matrix ? s->matrix[w].n_values
+                                  : s->zip[w - s->n_matrix].axes[0].n_values;
+        int k = snprintf(lens + used, sizeof lens - used, "%s%d", w ? " x " : "", len);
+        used += k > 0 ? (size_t)k : 0;
+    }
+    if (used >= sizeof lens)
+        memcpy(lens + sizeof lens - 5, " ...", 5);
+    if (s->n_include)
+        snprintf(lens + strlen(lens), sizeof lens - strlen(lens), "%s%d include entries",
+                 lens[0] ? " + " : "", s->n_include);
+    return herr_set(err, HERR_CONFIG, "%s: matrix: %s candidate points (%s), more than "
+                    "max_points %lld: where and exclude drop points only after they are "
+                    "made, so narrow the matrix, or raise the limit with a top-level "
+                    "`max_points: N` in the spec", s->file, count, lens,
+                    (long long)s->max_points);
 }
 
 int expand_create(expand_iter **out, const spec *s, expand_lookup_fn fallback, void *ctx,
                   hearth_err *err)
 {
     *out = NULL;
+    int rc = check_size(s, err);
+    if (rc)
+        return rc;
     expand_iter *it = calloc(1, sizeof *it);
     if (!it)
         return herr_set(err, HERR_NOMEM, "out of memory");

@@ -17,7 +17,13 @@
  * run-config keys from the `base` mapping as written.  A key that none of them knows is
  * an error for `where` and "no match" for exclude.
  *
- * `repeat` is not expanded here: plan/submit make N runs of one point. */
+ * `repeat` is not expanded here: plan/submit make N runs of one point.
+ *
+ * Size: the candidates are counted first, from the list lengths alone (expand_candidates),
+ * and a spec with more than its `max_points` (default SPEC_MAX_POINTS_DEFAULT) is refused
+ * by expand_create before any candidate is made: where and exclude drop points only after
+ * they are made, so a huge product would take minutes (or, when where keeps nothing,
+ * forever) before they had any effect. */
 #ifndef HEARTH_EXPAND_H
 #define HEARTH_EXPAND_H
 
@@ -45,7 +51,9 @@ typedef int (*expand_lookup_fn)(void *ctx, const expand_point *pt, const char *k
 
 typedef struct expand_iter expand_iter;
 
-/* `fallback` may be NULL.  Fails only for memory. */
+/* `fallback` may be NULL.  HERR_CONFIG when the spec has more candidates than its
+ * max_points ("FILE: matrix: N candidate points (A x B x ...), more than max_points M: ...",
+ * saying how to raise it); else fails only for memory. */
 int expand_create(expand_iter **out, const spec *s, expand_lookup_fn fallback, void *ctx,
                   hearth_err *err);
 void expand_free(expand_iter *it);
@@ -54,8 +62,9 @@ void expand_free(expand_iter *it);
  * (an error evaluating `where`, reported at the spec's FILE:LINE:COL). */
 int expand_next(expand_iter *it, expand_point *pt, hearth_err *err);
 
-/* Candidates before filtering (product + includes); HERR_CONFIG when over 2^63. */
-int expand_candidates(const spec *s, uint64_t *n, hearth_err *err);
+/* Candidates before filtering (product + includes), counted without making them;
+ * UINT64_MAX when there are that many or more (the count saturates, it never wraps). */
+uint64_t expand_candidates(const spec *s);
 
 typedef struct {
     uint64_t candidates;        /* seen so far */

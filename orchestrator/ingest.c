@@ -8,9 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "db_fields.h"
 #include "flat_json.h"
+#include "shape/file_read.h"
 
 /* Column order: db_metric_fields, then extra. */
 static const char metrics_sql[] =
@@ -33,16 +36,33 @@ typedef struct {
     hearth_err *err;
 } ingest_ctx;
 
-/* Opens the run directory's file `name` for reading (its path left in c->path).  A file
- * the trainer has not written (yet) is no error: 0 with *f NULL. */
+/* Puts the path of the run directory's file `name` in c->path; *present is 0 when the
+ * trainer has not written it (yet), which is no error. */
+static int output_path(ingest_ctx *c, const char *name, int *present)
+{
+    *present = 0;
+    if ((size_t)snprintf(c->path, sizeof c->path, "%s/%s", c->dir, name) >= sizeof c->path)
+        return herr_set(c->err, HERR_IO, "%s/%s: path too long", c->dir, name);
+    struct stat sb;
+    *present = stat(c->path, &sb) == 0 || errno != ENOENT;
+    return 0;
+}
+
+/* Opens the run directory's file `name` for reading (its path left in c->path), refusing
+ * anything but a regular file (shape/file_read.h).  A file the trainer has not written
+ * (yet) is no error: 0 with *f NULL. */
 static int open_output(ingest_ctx *c, const char *name, FILE **f)
 {
     *f = NULL;
-    if ((size_t)snprintf(c->path, sizeof c->path, "%s/%s", c->dir, name) >= sizeof c->path)
-        return herr_set(c->err, HERR_IO, "%s/%s: path too long", c->dir, name);
-    *f = fopen(c->path, "r");
-    if (!*f && errno != ENOENT)
-        return herr_set(c->err, HERR_IO, "%s: %s", c->path, strerror(errno));
+    int present, fd;
+    int rc = output_path(c, name, &present);
+    if (rc || !present || (rc = file_open_regular(c->path, &fd, NULL, c->err)))
+        return rc;
+    if (!(*f = fdopen(fd, "r"))) {
+        int e = errno;
+        close(fd);
+        return herr_set(c->err, HERR_IO, "%s: %s", c->path, strerror(e));
+    }
     return 0;
 }
 
@@ -327,16 +347,14 @@ static int status_exit_code(const json_t *status)
 
 static int ingest_result(ingest_ctx *c, ingest_summary *sum)
 {
-    FILE *f;
-    int rc = open_output(c, "result.json", &f);
-    if (rc || !f)
+    int present;
+    int rc = output_path(c, "result.json", &present);
+    if (rc || !present)
         return rc;
-    json_error_t jerr;
-    json_t *obj = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
-    fclose(f);
-    if (!obj)
-        return herr_set(c->err, HERR_CONFIG, "%s:%d:%d: %s", c->path, jerr.line, jerr.column,
-                        jerr.text);
+    json_t *obj;
+    if ((rc = file_read_json(c->path, FILE_READ_MAX_TEXT, JSON_REJECT_DUPLICATES, &obj,
+                             c->err)))
+        return rc;
     char where[PATH_MAX + 8];
     snprintf(where, sizeof where, "%s", c->path);
     if (!json_is_object(obj)) {

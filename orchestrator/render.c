@@ -143,29 +143,3 @@ int render_find_template(const char *name, char *path, size_t size, hearth_err *
     return herr_set(err, HERR_IO, "template %s not found (searched: %s)", name, searched);
 }
 
-int render_read_file(const char *path, char **text, size_t *len, hearth_err *err)
-{
-    FILE *f = fopen(path, "rb");
-    *text = NULL;
-    if (!f)
-        return herr_set(err, HERR_IO, "%s: %s", path, strerror(errno));
-    strbuf b = { 0 };
-    char chunk[8192];
-    size_t n;
-    int rc = 0;
-    while (!rc && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        rc = strbuf_add(&b, chunk, n);
-    if (!rc && ferror(f))
-        rc = herr_set(err, HERR_IO, "%s: read error", path);
-    fclose(f);
-    if (!rc && !b.s)
-        rc = strbuf_add(&b, "", 0);
-    if (rc) {
-        free(b.s);
-        return rc == HERR_NOMEM ? herr_set(err, rc, "%s: out of memory", path) : rc;
-    }
-    *text = b.s;
-    if (len)
-        *len = b.len;
-    return 0;
-}

@@ -43,7 +43,4 @@ int render_find_template(const char *name, char *path, size_t size, hearth_err *
  * (build/bin/hearth-train beside build/bin/hearth) and the template search. */
 int render_exe_dir(char *dir, size_t size, hearth_err *err);
 
-/* Reads a whole file into a malloc'd, NUL-terminated string (HERR_IO when unreadable). */
-int render_read_file(const char *path, char **text, size_t *len, hearth_err *err);
-
 #endif

@@ -11,6 +11,7 @@
 #include "render.h"
 #include "rundir.h"
 #include "shape/canon_json.h"
+#include "shape/file_read.h"
 #include "shape/run_config.h"
 
 int rundir_path(char *buf, size_t size, const char *run_dir, const char *name,
@@ -217,14 +218,9 @@ int rundir_job_read(const char *run_dir, rundir_job *j, hearth_err *err)
     int rc = rundir_path(path, sizeof path, run_dir, "job.json", err);
     if (rc)
         return rc;
-    json_error_t jerr;
-    json_t *o = json_load_file(path, 0, &jerr);
-    if (!o) {
-        if (access(path, F_OK))
-            return herr_set(err, HERR_IO, "%s: %s", path, strerror(errno));
-        return herr_set(err, HERR_CONFIG, "%s:%d:%d: %s", path, jerr.line, jerr.column,
-                        jerr.text);
-    }
+    json_t *o;
+    if ((rc = file_read_json(path, FILE_READ_MAX_TEXT, 0, &o, err)))
+        return rc;
     int64_t cpus = 1, limit = 0, retries = 0, repeat = 1, maxc = 0;
     if (!json_is_object(o))
         rc = herr_set(err, HERR_CONFIG, "%s: not a JSON object", path);

@@ -1,7 +1,7 @@
 /* select_db.c - layer benchmark sets, decisions and matching runs in the results
  * database (select_db.h). */
-#include "render.h"
 #include "select_db.h"
+#include "shape/file_read.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,7 +129,7 @@ int select_bench_ingest(hearth_db *db, const char *path, int64_t run, int *added
     select_bench_set b;
     if (added)
         *added = 0;
-    int rc = render_read_file(path, &text, &len, err);
+    int rc = file_read_bounded(path, FILE_READ_MAX_TEXT, &text, &len, err);
     if (rc)
         return rc;
     if ((rc = select_bench_parse(path, text, len, &b, err))) {

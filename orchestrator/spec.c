@@ -3,13 +3,13 @@
 #include "spec.h"
 
 #include <ctype.h>
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "shape/fields.h"
+#include "shape/file_read.h"
 #include "shape/model_shape.h"
 #include "shape/run_config.h"
 
@@ -18,7 +18,7 @@
 
 static const char *const top_keys[] = {
     "name", "trainer", "base", "resources", "matrix", "zip", "include", "exclude",
-    "where", "repeat", "retries", "after", NULL,
+    "where", "repeat", "retries", "after", "max_points", NULL,
 };
 
 /* Scalar resources keys (those a point may override) and the list ones. */
@@ -994,6 +994,7 @@ static int read_spec(reader *r)
     if ((rc = expect_kind(r, "spec", root, YAML_TREE_MAP, "a mapping")))
         return rc;
     s->repeat = 1;
+    s->max_points = SPEC_MAX_POINTS_DEFAULT;
     const yaml_tree_pair *name_pair = NULL;
     /* Sections are read in a fixed order (matrix before zip, ...) whatever the file's
      * order, so "already swept" checks see the matrix first. */
@@ -1015,7 +1016,7 @@ static int read_spec(reader *r)
     }
     static const char *const order[] = {
         "name", "trainer", "base", "resources", "matrix", "zip", "include", "exclude",
-        "where", "repeat", "retries", "after", NULL,
+        "where", "repeat", "retries", "after", "max_points", NULL,
     };
     for (int o = 0; order[o]; o++) {
         const yaml_tree_pair *p = yaml_tree_get_pair(root, order[o]);
@@ -1073,6 +1074,10 @@ static int read_spec(reader *r)
             if ((rc = read_int(r, p, 0, 1000, &n)))
                 return rc;
             s->retries = (int)n;
+        } else if (strcmp(k, "max_points") == 0) {
+            if ((rc = read_int(r, p, 1, INT64_MAX, &n)))
+                return rc;
+            s->max_points = n;
         } else if (strcmp(k, "after") == 0) {
             if ((rc = read_after(r, v)))
                 return rc;
@@ -1108,39 +1113,12 @@ int spec_parse(spec **out, const char *file, const char *text, size_t len, heart
 int spec_load(spec **out, const char *path, hearth_err *err)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return herr_set(err, HERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (len < cap)
-            break;
-        if (cap >= ((size_t)64 << 20)) {
-            free(buf);
-            fclose(f);
-            return herr_set(err, HERR_CONFIG, "%s: larger than 64 MiB", path);
-        }
-        char *grown = realloc(buf, cap * 2);
-        if (!grown) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = grown;
-        cap *= 2;
-    }
-    int read_err = ferror(f);
-    fclose(f);
-    if (!buf)
-        return herr_set(err, HERR_NOMEM, "%s: out of memory", path);
-    if (read_err) {
-        free(buf);
-        return herr_set(err, HERR_IO, "%s: read error", path);
-    }
-    int rc = spec_parse(out, path, buf, len, err);
+    char *buf;
+    size_t len;
+    int rc = file_read_bounded(path, FILE_READ_MAX_TEXT, &buf, &len, err);
+    if (rc)
+        return rc;
+    rc = spec_parse(out, path, buf, len, err);
     free(buf);
     return rc;
 }

@@ -18,6 +18,8 @@
  *     exclude: [{train.lr: 3e-4, resources.nodes: 2}]   # drop points matching all keys
  *     where: "parallel.tp * parallel.pp <= 8"      # expression (expr.h)
  *     repeat: 3
+ *     max_points: 200000             # candidates allowed before where/exclude (default
+ *                                    #   SPEC_MAX_POINTS_DEFAULT; expand.h refuses more)
  *     retries: 1
  *     after: {experiment: warmup, on: ok}
  *
@@ -101,6 +103,12 @@ typedef enum { SPEC_AFTER_OK = 0, SPEC_AFTER_ANY = 1 } spec_after_on;
 #define SPEC_AUTO_ENCODER 1u     /* parallel.encoder.strategy (with encoder tp and offload) */
 #define SPEC_AUTO_FP8 2u         /* precision.fp8 (with precision.fp8_policy) */
 
+/* The most candidate points (matrix x zip product plus include entries, before exclude and
+ * where) a spec may expand to unless it raises `max_points`: enough for any sweep that can
+ * run, small enough that a mistyped matrix is refused at once instead of planned for
+ * minutes until memory runs out (or, with a `where` that keeps nothing, forever). */
+#define SPEC_MAX_POINTS_DEFAULT 100000
+
 typedef struct spec {
     yaml_tree *tree;
     const char *file;                 /* name used in messages */
@@ -120,6 +128,7 @@ typedef struct spec {
     expr_node *where;
     int where_line, where_col;        /* of the expression's first character in the file */
     int repeat;                       /* >= 1, default 1 */
+    int64_t max_points;               /* >= 1, default SPEC_MAX_POINTS_DEFAULT */
     int retries;                      /* >= 0, default 0 */
     const char *after_experiment;     /* NULL when absent */
     spec_after_on after_on;

@@ -16,6 +16,7 @@
 #include "render.h"
 #include "run_state.h"
 #include "runs_db.h"
+#include "shape/file_read.h"
 #include "sweep.h"
 
 /* A run whose job is in flight; its address is the backend's tag. */
@@ -205,7 +206,7 @@ int sweep_load_template(const char *backend_name, char *name, size_t name_size, 
     snprintf(file, sizeof file, "%s.sh.tmpl", t);
     int rc = render_find_template(file, path, sizeof path, err);
     if (!rc)
-        rc = render_read_file(path, text, NULL, err);
+        rc = file_read_bounded(path, FILE_READ_MAX_TEXT, text, NULL, err);
     if (!rc)
         snprintf(name, name_size, "%s", path);
     return rc;

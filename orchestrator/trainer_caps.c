@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "render.h"
+#include "shape/file_read.h"
 
 int trainer_find(const spec *s, char *out, size_t size, hearth_err *err)
 {
@@ -65,8 +66,9 @@ void trainer_caps_query(const char *trainer, trainer_caps *caps)
     close(fd);
     char *argv[] = { (char *)trainer, "--capabilities", NULL };
     int rc = trainer_run_wait(argv, tmp);
-    json_error_t jerr;
-    json_t *root = rc == 0 ? json_load_file(tmp, 0, &jerr) : NULL;
+    json_t *root = NULL;
+    if (rc == 0)
+        file_read_json(tmp, FILE_READ_MAX_TEXT, 0, &root, NULL);
     unlink(tmp);
     json_t *devs = root ? json_object_get(root, "devices") : NULL;
     if (json_is_array(devs)) {

@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "render.h"
 #include "shape/fields.h"
+#include "shape/file_read.h"
 #include "shape/yaml_tree.h"
 
 static const struct {
@@ -217,7 +217,7 @@ int ucfg_load(ucfg *c, const char *path, hearth_err *err)
         c->found = 1;
         char *text = NULL;
         size_t len = 0;
-        rc = render_read_file(path, &text, &len, err);
+        rc = file_read_bounded(path, FILE_READ_MAX_TEXT, &text, &len, err);
         if (!rc)
             rc = ucfg_parse(c, path, text, len, err);
         free(text);

@@ -12,6 +12,7 @@
 #include "file_digest.h"
 #include "ckpt_state.h"
 #include "shape/canon_json.h"
+#include "shape/file_read.h"
 
 static int is_file(const char *path)
 {
@@ -207,14 +208,11 @@ static int manifest_load(const char *dir, char *mpath, size_t n, json_t **m, hea
 {
     if (snprintf(mpath, n, "%s/" CKPT_MANIFEST, dir) >= (int)n)
         return herr_set(err, HERR_IO, "%s: path too long", dir);
-    json_error_t je;
-    *m = json_load_file(mpath, 0, &je);
-    if (!*m)
-        return is_file(mpath)
-                   ? herr_set(err, HERR_CONFIG, "%s:%d:%d: not valid JSON: %s", mpath,
-                              je.line, je.column, je.text)
-                   : herr_set(err, HERR_CONFIG, "%s: missing", mpath);
-    return 0;
+    struct stat sb;
+    if (stat(mpath, &sb) != 0)
+        return herr_set(err, HERR_CONFIG, "%s: missing", mpath);
+    int rc = file_read_json(mpath, FILE_READ_MAX_TEXT, 0, m, err);
+    return rc == HERR_IO ? HERR_CONFIG : rc;
 }
 
 int ckpt_read_config(const char *dir, const config_override *ovr, int n_ovr, run_config *out,

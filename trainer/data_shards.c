@@ -11,6 +11,7 @@
 
 #include "model/rng.h"
 #include "shard_format.h"
+#include "shape/file_read.h"
 
 typedef struct {
     char path[4096];
@@ -73,15 +74,11 @@ static int map_shard(shard_map *s, const char *dir, const shard_entry *e, hearth
 {
     if (snprintf(s->path, sizeof s->path, "%s/%s", dir, e->file) >= (int)sizeof s->path)
         return herr_set(err, HERR_IO, "%s/%s: path too long", dir, e->file);
-    int fd = open(s->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return herr_set(err, HERR_IO, "%s: cannot open: %s", s->path, strerror(errno));
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e2 = errno;
-        close(fd);
-        return herr_set(err, HERR_IO, "%s: %s", s->path, strerror(e2));
-    }
+    int rc = file_open_regular(s->path, &fd, &sb, err);
+    if (rc)
+        return rc;
     if ((uint64_t)sb.st_size != e->bytes) {
         close(fd);
         return herr_set(err, HERR_IO, "%s: %lld bytes, the manifest says %llu (truncated or "

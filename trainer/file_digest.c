@@ -8,13 +8,18 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "shape/file_read.h"
+
 int file_sha256(const char *path, long long *bytes, char hex[65], hearth_err *err)
 {
     static const char digits[] = "0123456789abcdef";
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return herr_set(err, errno == ENOENT ? HERR_CONFIG : HERR_IO, "%s: %s", path,
-                        errno == ENOENT ? "missing" : strerror(errno));
+    struct stat sb;
+    if (stat(path, &sb) != 0 && errno == ENOENT)
+        return herr_set(err, HERR_CONFIG, "%s: missing", path);
+    int fd;
+    int rc = file_open_regular(path, &fd, NULL, err);
+    if (rc)
+        return rc;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) {
         EVP_MD_CTX_free(ctx);
@@ -24,7 +29,7 @@ int file_sha256(const char *path, long long *bytes, char hex[65], hearth_err *er
     static const size_t chunk = 1 << 20;
     unsigned char *buf = malloc(chunk);
     long long total = 0;
-    int rc = buf ? 0 : herr_set(err, HERR_NOMEM, "%s: out of memory", path);
+    rc = buf ? 0 : herr_set(err, HERR_NOMEM, "%s: out of memory", path);
     while (!rc) {
         ssize_t got = read(fd, buf, chunk);
         if (got < 0 && errno == EINTR)

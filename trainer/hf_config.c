@@ -10,6 +10,7 @@
 #include "hf_json.h"
 #include "outputs.h"
 #include "shape/canon_json.h"
+#include "shape/file_read.h"
 
 /* Where a config.json key lives. */
 typedef enum { SEC_TEXT, SEC_VISION, SEC_TOP } hf_section;
@@ -620,10 +621,9 @@ int hf_config_load(hf_config **out, const char *dir, hearth_err *err)
         return herr_set(err, HERR_NOMEM, "%s/config.json: out of memory", dir);
     snprintf(c->file, sizeof c->file, "%s/config.json", dir);
     snprintf(c->shape.name, sizeof c->shape.name, "hf:%.58s", dir);
-    json_error_t je;
-    c->json = json_load_file(c->file, 0, &je);
-    int rc = c->json ? 0 : herr_set(err, HERR_CONFIG, "%s:%d:%d: %s", c->file, je.line,
-                                    je.column, je.text);
+    int rc = file_read_json(c->file, FILE_READ_MAX_TEXT, 0, &c->json, err);
+    if (rc == HERR_IO)
+        rc = HERR_CONFIG;
     if (!rc && !json_is_object(c->json))
         rc = herr_set(err, HERR_CONFIG, "%s: expected a JSON object", c->file);
     if (!rc)

@@ -15,6 +15,7 @@
 
 #include "outputs.h"
 #include "safetensors_internal.h"
+#include "shape/file_read.h"
 
 /* Parser state of one tensor entry, before sorting by offset. */
 typedef struct {
@@ -236,20 +237,13 @@ int st_file_open(st_file **out, const char *path, hearth_err *err)
         return herr_set(err, HERR_NOMEM, "%s: out of memory", path);
     }
     int rc = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        rc = herr_set(err, HERR_IO, "%s: cannot open: %s", path, strerror(errno));
-        goto fail;
-    }
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        rc = herr_set(err, HERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-        close(fd);
+    if ((rc = file_open_regular(path, &fd, &sb, err)))
         goto fail;
-    }
-    if (!S_ISREG(sb.st_mode) || sb.st_size < 8) {
-        rc = herr_set(err, HERR_CONFIG, "%s: %s", path, S_ISREG(sb.st_mode)
-                      ? "too short to hold the 8-byte header length" : "not a regular file");
+    if (sb.st_size < 8) {
+        rc = herr_set(err, HERR_CONFIG, "%s: too short to hold the 8-byte header length",
+                      path);
         close(fd);
         goto fail;
     }

@@ -10,6 +10,7 @@
 
 #include "outputs.h"
 #include "safetensors_internal.h"
+#include "shape/file_read.h"
 
 /* ---- reading a checkpoint directory ---------------------------------------------- */
 
@@ -87,12 +88,10 @@ static int set_find_index(const st_set *s, const char *name)
  * files agree tensor by tensor. */
 static int set_open_index(st_set *s, const char *dir, const char *ipath, hearth_err *err)
 {
-    json_error_t jerr;
-    json_t *root = json_load_file(ipath, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
-        return herr_set(err, HERR_CONFIG, "%s:%d:%d: %s", ipath, jerr.line, jerr.column,
-                        jerr.text);
-    int rc = 0;
+    json_t *root;
+    int rc = file_read_json(ipath, FILE_READ_MAX_TEXT, JSON_REJECT_DUPLICATES, &root, err);
+    if (rc)
+        return rc == HERR_IO ? HERR_CONFIG : rc;
     const char **names = NULL;
     json_t *wm = json_object_get(root, "weight_map");
     if (!json_is_object(root) || !json_is_object(wm)) {

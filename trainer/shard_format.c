@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "outputs.h"
+#include "shape/file_read.h"
 
 static void put32(unsigned char *p, uint32_t v)
 {
@@ -198,14 +199,12 @@ int shard_manifest_read(shard_manifest *m, const char *dir, hearth_err *err)
     char path[4096];
     if (snprintf(path, sizeof path, "%s/%s", dir, SHARD_MANIFEST_NAME) >= (int)sizeof path)
         return herr_set(err, HERR_IO, "%s: path too long", dir);
-    json_error_t je;
-    json_t *root = json_load_file(path, 0, &je);
-    if (!root && je.line < 1)     /* not a parse error: the file could not be read */
-        return herr_set(err, HERR_IO, "%s: cannot read the data set's manifest (%s)", path,
-                        je.text);
-    if (!root)
-        return herr_set(err, HERR_IO, "%s:%d:%d: %s", path, je.line, je.column, je.text);
-    int rc = 0;
+    json_t *root;
+    int rc = file_read_json(path, FILE_READ_MAX_TEXT, 0, &root, err);
+    if (rc == HERR_IO)
+        return herr_prefix(err, rc, "the data set's manifest");
+    if (rc)
+        return rc == HERR_CONFIG ? HERR_IO : rc;
     json_t *fmt = json_object_get(root, "format"), *model = json_object_get(root, "model");
     json_t *shards = json_object_get(root, "shards");
     json_t *res = json_object_get(root, "resample");

@@ -18,7 +18,7 @@ make_trainer
 unset HEARTH_SLURMREST_URL HEARTH_SLURMREST_TOKEN_FILE SLURM_JWT
 export HEARTH_SLURM_POLL_MS=200
 
-tap_plan 8
+tap_plan 9
 
 TOKEN=$(head -c 30 /dev/urandom | base64 | tr -d '/+=' | head -c 40)
 OTHER=$(head -c 30 /dev/urandom | base64 | tr -d '/+=' | head -c 40)
@@ -109,6 +109,26 @@ modes_ok() {
     rc_is mode400 0
 }
 tap_check "token files wider than 0600 (0644, 0640, 0604, 0700, 0660, 2600) refused (exit 2, no request); 0400 read" modes_ok
+
+# A FIFO as the token file is refused, not waited on (timeout: it once blocked forever); a
+# token file over 8 KiB is refused whole, not cut to its first 8 KiB and sent.
+odd_ok() {
+    local before
+    before=$(wc -l <mock.log)
+    mkfifo tokfifo && chmod 600 tokfifo
+    timeout 60 "$HEARTH_ABS" --db "$T/h.db" submit a.yaml --backend slurmrest --rest-url "$URL" \
+        --rest-token-file "$T/tokfifo" >fifo.out 2>fifo.err
+    echo $? >fifo.rc
+    rc_is fifo 2 && grep -q "token file: $T/tokfifo: not a regular file (a FIFO)" fifo.err ||
+        { cat fifo.err; return 1; }
+    ( umask 077; printf 'SLURM_JWT=%s' "$TOKEN" >big; head -c 9000 /dev/zero | tr '\0' ' ' >>big )
+    run_h big submit a.yaml --backend slurmrest --rest-url "$URL" --rest-token-file "$T/big"
+    rc_is big 2 && grep -Eq "token file: $T/big: 90[0-9]{2} bytes, over the limit of 8 KiB" big.err ||
+        { cat big.err; return 1; }
+    ! grep -qF -- "$TOKEN" fifo.err fifo.out big.err big.out || { echo "token in the message"; return 1; }
+    [ "$(wc -l <mock.log)" = "$before" ] || { echo "a request was sent"; return 1; }
+}
+tap_check "a FIFO or an oversize token file: refused (exit 2, no request), named, no token shown" odd_ok
 
 # A wrong token (file and variable): the server refuses, the message names no token.
 wrong_ok() {

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 hearth_tmp submit
 make_trainer
 
-tap_plan 23
+tap_plan 25
 
 # 3 x 2 matrix, where drops one point -> 5 points.
 cat >s.yaml <<EOF
@@ -156,6 +156,43 @@ tap_check "bad spec: exit 2, FILE:LINE:COL message" bash -c "[ \"\$(cat '$T/bad.
 printf 'name: bad2\nbase: {model: tiny-vlm}\nwhere: "train.lr >"\n' >bad2.yaml
 run_h bad2 plan bad2.yaml
 tap_check "bad where expression: exit 2, FILE:LINE:COL" bash -c "[ \"\$(cat '$T/bad2.rc')\" = 2 ] && grep -Eq 'bad2.yaml:3:[0-9]+: where' '$T/bad2.err'"
+
+# Files that never end: refused by kind, named (under a timeout: the spec reader once read
+# /dev/zero up to 64 MiB, the preset reader until memory ran out).
+zero_ok() {
+    timeout 60 "$HEARTH_ABS" --db "$T/h.db" plan /dev/zero >zs.out 2>zs.err
+    echo $? >zs.rc
+    rc_is zs 2 && grep -q '/dev/zero: not a regular file (a character device)' zs.err || return 1
+    printf 'name: zm\nbase: {model: tiny-vlm}\nmatrix:\n  model: [tiny-vlm, /dev/zero]\n' >zm.yaml
+    timeout 60 "$HEARTH_ABS" --db "$T/h.db" plan zm.yaml >zm.out 2>zm.err
+    echo $? >zm.rc
+    rc_is zm 2 && grep -q 'zm.yaml:4:21: model: /dev/zero: not a regular file' zm.err ||
+        { cat zm.out zm.err; return 1; }
+}
+tap_check "a spec or a swept model that is /dev/zero: exit 2, the path named" zero_ok
+
+# Matrices too large to plan: refused from the list lengths before any point is made
+# (under a timeout: 10^9 points once ran minutes into "out of memory", 2^40 points whose
+# where keeps nothing never ended).
+huge_ok() {
+    local k vals16 keys="train.seed train.steps train.warmup train.micro_batch train.global_batch
+        train.seq_len train.checkpoint_every data.images_min data.images_max train.measure_from"
+    printf 'name: huge\n%s\nmatrix:\n' "$TINY_BASE" >h9.yaml
+    for k in $(echo $keys | cut -d' ' -f1-9); do echo "  $k: [$(seq -s, 1 10)]" >>h9.yaml; done
+    timeout 60 "$HEARTH_ABS" --db "$T/h.db" plan h9.yaml >h9.out 2>h9.err
+    echo $? >h9.rc
+    rc_is h9 2 && grep -q 'h9.yaml: matrix: 1000000000 candidate points (10 x 10 x 10 x 10 x 10 x 10 x 10 x 10 x 10), more than max_points 100000: .*max_points: N' h9.err ||
+        { cat h9.err; return 1; }
+    printf 'name: huge40\n%s\nwhere: "false"\nmatrix:\n' "$TINY_BASE" >h40.yaml
+    vals16=$(seq -s, 1 16)
+    for k in $keys; do echo "  $k: [$vals16]" >>h40.yaml; done
+    timeout 60 "$HEARTH_ABS" --db "$T/h.db" submit h40.yaml >h40.out 2>h40.err
+    echo $? >h40.rc
+    rc_is h40 2 && grep -q 'h40.yaml: matrix: 1099511627776 candidate points (16 x .*more than max_points 100000' h40.err ||
+        { cat h40.err; return 1; }
+    [ ! -e runs/huge40 ] || { echo "submit made runs"; return 1; }
+}
+tap_check "10^9 and 2^40 (where: false) points: refused (exit 2) with the count and max_points" huge_ok
 
 # A run that fails: exit 1, state failed with its exit code.
 cat >f.yaml <<EOF

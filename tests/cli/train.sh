@@ -116,7 +116,7 @@ bad_config() {
 # snapshot DIR: every file under DIR with its sha256, to see that nothing changed.
 snapshot() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
 
-tap_plan 27
+tap_plan 31
 
 run good --config "$tmp/good.yaml" --out "$tmp/good-out"
 tap_check "good run: exit 0, metrics.jsonl (5 lines, all keys), result.json (all keys), logs" good_run
@@ -184,6 +184,28 @@ tap_check "impossible shape: exit 2, names the key, nothing written" bad_config 
 printf 'model: no-such-model\n' >"$tmp/preset.yaml"
 run preset --config "$tmp/preset.yaml" --out "$tmp/preset-out"
 tap_check "missing preset: exit 2, names it, nothing written" bad_config preset "no-such-model"
+
+# Files that never end or never come: refused by kind before any byte is read (a bounded
+# time: the reader once read /dev/zero until memory ran out, and waited on a FIFO forever).
+timeout 60 "$HEARTH_TRAIN" --config /dev/zero --out "$tmp/zero-out" >"$tmp/zero.out" 2>"$tmp/zero.err"
+echo $? >"$tmp/zero.rc"
+tap_check "--config /dev/zero: exit 2, 'not a regular file', nothing written" bad_config zero \
+    "/dev/zero: not a regular file \(a character device\)"
+printf 'model: /dev/zero\n' >"$tmp/zeromodel.yaml"
+timeout 60 "$HEARTH_TRAIN" --config "$tmp/zeromodel.yaml" --out "$tmp/zeromodel-out" \
+    >"$tmp/zeromodel.out" 2>"$tmp/zeromodel.err"
+echo $? >"$tmp/zeromodel.rc"
+tap_check "model: /dev/zero: exit 2, the preset's path named, nothing written" bad_config zeromodel \
+    "/dev/zero: not a regular file \(a character device\)"
+mkfifo "$tmp/fifo.yaml"
+timeout 60 "$HEARTH_TRAIN" --config "$tmp/fifo.yaml" --out "$tmp/fifo-out" >"$tmp/fifo.out" 2>"$tmp/fifo.err"
+echo $? >"$tmp/fifo.rc"
+tap_check "--config FIFO (no writer): exit 2, 'a FIFO', nothing written" bad_config fifo \
+    "fifo\.yaml: not a regular file \(a FIFO\)"
+head -c $((16 * 1024 * 1024 + 1)) /dev/zero | tr '\0' '#' >"$tmp/huge.yaml"
+run huge --config "$tmp/huge.yaml" --out "$tmp/huge-out"
+tap_check "a config over 16 MiB: exit 2, its size and the limit" bad_config huge \
+    "huge\.yaml: 16777217 bytes, over the limit of 16 MiB"
 
 run setkey --config "$tmp/good.yaml" --set train.nope=1 --out "$tmp/setkey-out"
 tap_check "--set unknown key: exit 2, '--set KEY:', nothing written" bad_config setkey "--set train\.nope"

@@ -302,6 +302,15 @@ static void test_load_file(void **state)
     snprintf(path, sizeof path, "%s/missing.yaml", tmpdir);
     assert_int_equal(run_config_load(&c, path, NULL, 0, 0, &err), HERR_CONFIG);
     assert_non_null(strstr(err.msg, "missing.yaml: cannot open"));
+    /* Not a file that ends (read until memory ran out) and not a preset that does. */
+    assert_int_equal(run_config_load(&c, "/dev/zero", NULL, 0, 0, &err), HERR_CONFIG);
+    assert_string_equal(err.msg, "/dev/zero: not a regular file (a character device)");
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "model: /dev/zero\n");
+    fclose(f);
+    assert_int_equal(run_config_load(&c, path, NULL, 0, 0, &err), HERR_CONFIG);
+    assert_non_null(strstr(err.msg, "/dev/zero: not a regular file"));
 }
 
 /* ---- errors ---------------------------------------------------------------------- */

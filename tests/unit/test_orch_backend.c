@@ -18,8 +18,8 @@
 #include <cmocka.h>
 
 #include "backend.h"
-#include "render.h"
 #include "rundir.h"
+#include "shape/file_read.h"
 #include "support/testutil.h"
 
 typedef struct {
@@ -121,11 +121,11 @@ static void test_exit_codes(void **state)
     assert_int_equal(b->ops->tracked(b), 0);
     char *text = NULL, path[160];
     snprintf(path, sizeof path, "%s/stdout.log", j.dir);
-    assert_int_equal(render_read_file(path, &text, NULL, &err), 0);
+    assert_int_equal(file_read_bounded(path, FILE_READ_MAX_TEXT, &text, NULL, &err), 0);
     assert_string_equal(text, "out\n");
     free(text);
     snprintf(path, sizeof path, "%s/stderr.log", j.dir);
-    assert_int_equal(render_read_file(path, &text, NULL, &err), 0);
+    assert_int_equal(file_read_bounded(path, FILE_READ_MAX_TEXT, &text, NULL, &err), 0);
     assert_string_equal(text, "err\n");
     free(text);
     backend_free(b);

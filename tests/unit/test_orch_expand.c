@@ -44,9 +44,7 @@ static uint64_t count_text(const char *text, expand_stats *st)
 {
     spec *s = spt_parse_ok(text);
     uint64_t n = count_points(s, st);
-    uint64_t cand = 0;
-    hearth_err err;
-    assert_int_equal(expand_candidates(s, &cand, &err), 0);
+    uint64_t cand = expand_candidates(s);
     if (st)
         assert_int_equal(st->candidates, cand);
     spec_free(s);
@@ -456,6 +454,89 @@ static void test_large_stream(void **state)
     assert_int_equal(st.points + st.filtered + st.excluded, st.candidates);
 }
 
+/* A matrix of `keys` keys with `vals` integer values each (1..vals), then `tail`. */
+static char *wide_spec(int keys, int vals, const char *tail)
+{
+    static const char *const names[] = {
+        "train.seed", "train.steps", "train.warmup", "train.micro_batch", "train.global_batch",
+        "train.seq_len", "train.checkpoint_every", "data.images_min", "data.images_max",
+        "train.measure_from",
+    };
+    assert_true(keys <= (int)(sizeof names / sizeof *names));
+    size_t cap = 4096 + (size_t)keys * (size_t)vals * 8;
+    char *yaml = malloc(cap);
+    assert_non_null(yaml);
+    snprintf(yaml, cap, "name: big\nmatrix:\n");
+    for (int k = 0; k < keys; k++) {
+        app(yaml, cap, "  %s: [", names[k]);
+        for (int v = 1; v <= vals; v++)
+            app(yaml, cap, "%s%d", v > 1 ? ", " : "", v);
+        app(yaml, cap, "]\n");
+    }
+    app(yaml, cap, "%s", tail);
+    return yaml;
+}
+
+/* Refused before any candidate is made (expand_create fails; nothing to iterate), with the
+ * count, the list lengths, the limit and how to raise it in the message. */
+static void expect_too_big(const char *yaml, const char *count, const char *lens,
+                           const char *limit)
+{
+    spec *s = spt_parse_ok(yaml);
+    expand_iter *it = (expand_iter *)1;
+    hearth_err err = { { 0 } };
+    assert_int_equal(expand_create(&it, s, NULL, NULL, &err), HERR_CONFIG);
+    assert_null(it);
+    const char *want[] = { "t.yaml: matrix: ", count, lens, limit, "max_points: N" };
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        if (!strstr(err.msg, want[i]))
+            fail_msg("message '%s' lacks '%s'", err.msg, want[i]);
+    spec_free(s);
+}
+
+/* 10^9 points and 2^40 points (whose where keeps nothing) are refused at once; a product
+ * past 2^64 saturates instead of wrapping to a small count; max_points raises the limit,
+ * and include entries count. */
+static void test_size_limit(void **state)
+{
+    (void)state;
+    char *y = wide_spec(9, 10, "");
+    expect_too_big(y, "1000000000 candidate points",
+                   "(10 x 10 x 10 x 10 x 10 x 10 x 10 x 10 x 10)", "max_points 100000");
+    free(y);
+    y = wide_spec(10, 16, "where: \"false\"\n");
+    expect_too_big(y, "1099511627776 candidate points", "(16 x 16 x", "max_points 100000");
+    free(y);
+    /* 100^10 = 10^20 > 2^64: counted as UINT64_MAX, not as 10^20 mod 2^64 */
+    y = wide_spec(10, 100, "max_points: 9223372036854775807\n");
+    spec *s = spt_parse_ok(y);
+    assert_true(expand_candidates(s) == UINT64_MAX);
+    spec_free(s);
+    expect_too_big(y, "2^64 or more candidate points", "(100 x 100 x",
+                   "max_points 9223372036854775807");
+    free(y);
+
+    const char *inc = "include: [{train.seed: 7}, {train.seed: 8}, {train.seed: 9}]\n";
+    char tail[200];
+    snprintf(tail, sizeof tail, "max_points: 11\n%s", inc);
+    y = wide_spec(2, 3, tail);
+    expect_too_big(y, "12 candidate points", "(3 x 3 + 3 include entries)", "max_points 11");
+    free(y);
+    snprintf(tail, sizeof tail, "max_points: 12\n%s", inc);
+    y = wide_spec(2, 3, tail);
+    assert_int_equal(count_text(y, NULL), 12);
+    free(y);
+    y = wide_spec(6, 10, "");    /* 10^6: just over the default */
+    expect_too_big(y, "1000000 candidate points", "(10 x", "max_points 100000");
+    free(y);
+
+    spec *bad = NULL;
+    hearth_err err = { { 0 } };
+    const char *zero = "name: x\nmax_points: 0\n";
+    assert_int_equal(spec_parse(&bad, "t.yaml", zero, strlen(zero), &err), HERR_CONFIG);
+    assert_non_null(strstr(err.msg, "t.yaml:2:13: max_points: expected an integer between 1"));
+}
+
 int main(void)
 {
     g_seed = tu_seed_noted();
@@ -465,6 +546,7 @@ int main(void)
         cmocka_unit_test(test_where_runtime_error),
         cmocka_unit_test(test_random_against_brute_force),
         cmocka_unit_test(test_large_stream),
+        cmocka_unit_test(test_size_limit),
     };
     return cmocka_run_group_tests_name("orch_expand", tests, NULL, NULL);
 }

@@ -19,8 +19,8 @@
 #include <cmocka.h>
 
 #include "plan.h"
-#include "render.h"
 #include "rundir.h"
+#include "shape/file_read.h"
 #include "shape/run_config.h"
 #include "support/spectest.h"
 #include "support/testutil.h"
@@ -79,7 +79,7 @@ static void test_job_json_launch(void **state)
         rundir_job_free(&back);
         char *text = NULL, want[64];
         snprintf(path, sizeof path, "%s/job.sh", run_dir);
-        assert_int_equal(render_read_file(path, &text, NULL, &err), 0);
+        assert_int_equal(file_read_bounded(path, FILE_READ_MAX_TEXT, &text, NULL, &err), 0);
         snprintf(want, sizeof want, "N='%d' G='%d'\n", nodes, gpus);
         assert_string_equal(text, want);
         free(text);
@@ -132,7 +132,7 @@ static void test_sbatch_template_launch(void **state)
     (void)state;
     char *tmpl = NULL;
     hearth_err err = {{0}};
-    if (render_read_file("templates/sbatch.sh.tmpl", &tmpl, NULL, &err))
+    if (file_read_bounded("templates/sbatch.sh.tmpl", FILE_READ_MAX_TEXT, &tmpl, NULL, &err))
         fail_msg("%s (run from the repository root)", err.msg);
     char d[256], path[600], cmd[2400];
     assert_int_equal(tu_tmpdir_make(d, sizeof d, "launch-tmpl"), 0);

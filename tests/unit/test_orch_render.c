@@ -17,6 +17,7 @@
 
 #include "render.h"
 #include "rundir.h"
+#include "shape/file_read.h"
 #include "shape/run_config.h"
 #include "support/testutil.h"
 
@@ -117,7 +118,7 @@ static void test_quote_through_sh(void **state)
         assert_int_equal(system(cmd), 0);
         char *got = NULL;
         size_t len = 0;
-        assert_int_equal(render_read_file(out, &got, &len, &err), 0);
+        assert_int_equal(file_read_bounded(out, FILE_READ_MAX_TEXT, &got, &len, &err), 0);
         if (len != strlen(v) || memcmp(got, v, len) != 0)
             fail_msg("seed %llu: sh printed %zu bytes for a %zu-byte value %s",
                      (unsigned long long)r.seed, len, strlen(v), q);
@@ -284,7 +285,7 @@ static void test_rundir_write_read(void **state)
     struct stat st;
     assert_int_equal(stat(path, &st), 0);
     assert_true(st.st_mode & S_IXUSR);
-    assert_int_equal(render_read_file(path, &text, NULL, &err), 0);
+    assert_int_equal(file_read_bounded(path, FILE_READ_MAX_TEXT, &text, NULL, &err), 0);
     char want[1024];
     snprintf(want, sizeof want, "#!/bin/sh\nR='%s'\nC='3'\n    module load x\n    export A='b c'\n"
              "T='/bin/true'\n", run_dir);

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "shape/file_read.h"
+
 /* Bounds that keep hostile input from exhausting memory or the stack. */
 #define YT_MAX_NODES 1000000L
 #define YT_MAX_DEPTH 200
@@ -390,34 +392,12 @@ int yaml_tree_parse(yaml_tree **out, const char *name, const char *text, size_t 
 int yaml_tree_load(yaml_tree **out, const char *path, hearth_err *err)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return herr_set(err, HERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (cap - len < 4096) {
-            cap = cap ? 2 * cap : 16384;
-            char *b = realloc(buf, cap);
-            if (!b) {
-                free(buf);
-                fclose(f);
-                return herr_set(err, HERR_NOMEM, "%s: out of memory", path);
-            }
-            buf = b;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0)
-            break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return herr_set(err, HERR_IO, "%s: read error", path);
-    }
-    int rc = yaml_tree_parse(out, path, buf, len, err);
+    char *buf;
+    size_t len;
+    int rc = file_read_bounded(path, FILE_READ_MAX_TEXT, &buf, &len, err);
+    if (rc)
+        return rc;
+    rc = yaml_tree_parse(out, path, buf, len, err);
     free(buf);
     return rc;
 }

@@ -58,7 +58,8 @@ typedef struct {
  * read "NAME:LINE:COL: YAML syntax error: PROBLEM".  Returns 0 or HERR_CONFIG/HERR_NOMEM. */
 int yaml_tree_parse(yaml_tree **out, const char *name, const char *text, size_t len,
                     hearth_err *err);
-/* Reads and parses a file (HERR_IO when it cannot be read); `path` names it in messages. */
+/* Reads (shape/file_read.h: a regular file of at most FILE_READ_MAX_TEXT) and parses a
+ * file; HERR_IO when it cannot be read; `path` names it in messages. */
 int yaml_tree_load(yaml_tree **out, const char *path, hearth_err *err);
 void yaml_tree_free(yaml_tree *t);
 

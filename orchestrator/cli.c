@@ -173,6 +173,16 @@ const hcli_cmd hcli_commands[] = {
       cmd_top },
     { "export", "EXP", 1, 1, "every run of an experiment with all fields and config keys",
       NULL, export_opts, cmd_export },
+    { "ingest", "[DIR...]", 0, -1, "record run directories in the database: rebuilds a "
+      "lost one",
+      "Records every run found in DIR (a run directory, RUNS_DIR/EXPERIMENT or RUNS_DIR; "
+      "default the runs directory) that the database lacks: its experiment, config, state "
+      "and results, from job.json, run.yaml and the job's files.  This is how a database "
+      "that was deleted or replaced comes back (docs/database.md).  Runs the database has "
+      "already are left as they are and counted, so running it twice records nothing "
+      "twice.  Runs that had started are settled as `resume` would find them (ended ones "
+      "recorded, live ones left running); then `hearth resume EXP` finishes the sweep.  "
+      "An experiment whose runner is still working is left alone.", no_opts, cmd_ingest },
     { "bench", "ingest FILE...|layers", 1, -1, "record layer benchmarks (layer_bench.json)",
       "`bench ingest FILE...` records layer_bench.json files (docs/select.md); the same "
       "file twice is recorded once.  `bench layers --model M` runs `hearth-train "

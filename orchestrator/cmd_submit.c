@@ -73,7 +73,14 @@ static int runner(hcli_ctx *c, const cmd_run_opts *ro, int ready)
     if (rc)
         return hcli_fail(c, rc, &err);
     catch_stop_signals();
-    rc = db_open(c->db_path, &db, &err);
+    /* submit (or resume) found the database a moment ago: a file missing now was deleted,
+     * and opening would make an empty one that knows no runs. */
+    int lost = access(c->db_path, F_OK) != 0;
+    if (lost)
+        rc = herr_set(&err, HERR_IO, "%s: the results database was deleted before the sweep "
+                      "started", c->db_path);
+    else
+        rc = db_open(c->db_path, &db, &err);
     if (!rc)
         rc = backend_open(ro->backend, &b, &err);
     sweep_result res;
@@ -86,6 +93,17 @@ static int runner(hcli_ctx *c, const cmd_run_opts *ro, int ready)
         so.progress_tty = !ro->detached && isatty(2);
         so.stop = &stop_requested;
         rc = sweep_run(db, b, &so, &res, &err);
+    }
+    if (rc && (lost || (db && db_file_lost(db)))) {
+        /* The jobs in flight go on and write their run directories; tell how to get the
+         * database back from those. */
+        char hint[sizeof err.msg];
+        snprintf(hint, sizeof hint, ". Every run's files are in %s: `hearth --db %s ingest "
+                 "%s` records them in a new database, then `hearth --db %s resume %s` "
+                 "finishes the sweep", ro->exp_dir, c->db_path, ro->exp_dir, c->db_path,
+                 ro->experiment);
+        size_t len = strlen(err.msg);
+        snprintf(err.msg + len, sizeof err.msg - len, "%s", hint);
     }
     backend_free(b);
     db_close(db);

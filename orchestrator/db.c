@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "db_migrations.h"
 
@@ -24,6 +25,18 @@ typedef struct {
     int types;
 } key_slot;
 
+/* The files that make up the database: the file itself and, in WAL mode, its -wal (the
+ * commits not yet copied into the file) and -shm (the index of the -wal).  Deleting any
+ * of them under an open connection loses data: see db.h. */
+static const char *const db_file_suffixes[] = { "", "-wal", "-shm" };
+#define DB_N_FILES (sizeof db_file_suffixes / sizeof db_file_suffixes[0])
+
+typedef struct {
+    int known;               /* dev/ino were seen (a -wal appears with the first write) */
+    dev_t dev;
+    ino_t ino;
+} file_id;
+
 struct hearth_db {
     sqlite3 *s;
     char *path;
@@ -34,10 +47,15 @@ struct hearth_db {
     int depth;               /* db_tx_begin nesting */
     int outer_began;         /* the outermost level started the transaction */
     int doomed;              /* an inner level failed: the outermost must roll back */
+    int checked;             /* the main file's identity is known: db_check_file works */
+    int lost;                /* db_check_file found the file deleted or replaced */
+    file_id files[DB_N_FILES];   /* per db_file_suffixes */
 };
 
 int db_fail(hearth_db *db, hearth_err *err, const char *what)
 {
+    if (db->lost)   /* the commit hook refused: that, not "constraint failed", is why */
+        return db_check_file(db, err);
     int code = sqlite3_errcode(db->s);
     return herr_set(err, code == SQLITE_NOMEM ? HERR_NOMEM : HERR_RUNTIME, "%s: %s: %s",
                     db->path, what, sqlite3_errmsg(db->s));
@@ -189,6 +207,66 @@ static int configure(hearth_db *db, hearth_err *err)
     return db_exec(db, buf, err);
 }
 
+/* stat() of the database's file number i (db_file_suffixes): 0, or -1 with errno. */
+static int stat_file(const hearth_db *db, size_t i, struct stat *st)
+{
+    char p[4200];
+    if ((size_t)snprintf(p, sizeof p, "%s%s", db->path, db_file_suffixes[i]) >= sizeof p)
+        return -1;
+    return stat(p, st);
+}
+
+/* Remembers the identity of the files that exist now.  A path whose file cannot be
+ * stat'ed after opening (no such thing on disk) is not checked at all. */
+static void remember_files(hearth_db *db)
+{
+    for (size_t i = 0; i < DB_N_FILES; i++) {
+        struct stat st;
+        if (!db->files[i].known && stat_file(db, i, &st) == 0) {
+            db->files[i].known = 1;
+            db->files[i].dev = st.st_dev;
+            db->files[i].ino = st.st_ino;
+        }
+    }
+    db->checked = db->files[0].known;
+}
+
+int db_file_lost(const hearth_db *db) { return db->lost; }
+
+int db_check_file(hearth_db *db, hearth_err *err)
+{
+    if (db->checked && !db->lost) {
+        for (size_t i = 0; i < DB_N_FILES && !db->lost; i++) {
+            struct stat st;
+            int gone = stat_file(db, i, &st) != 0;
+            if (!db->files[i].known) {
+                /* Not there at open: a -wal or -shm made since; from now on it is ours. */
+                if (!gone) {
+                    db->files[i].known = 1;
+                    db->files[i].dev = st.st_dev;
+                    db->files[i].ino = st.st_ino;
+                }
+                continue;
+            }
+            if (gone || st.st_dev != db->files[i].dev || st.st_ino != db->files[i].ino)
+                db->lost = gone ? 1 : 2;
+        }
+    }
+    if (!db->lost)
+        return 0;
+    return herr_set(err, HERR_IO, "%s: the results database was %s while hearth was using "
+                    "it; nothing more can be recorded in it", db->path,
+                    db->lost == 1 ? "deleted" : "replaced");
+}
+
+/* Every commit, explicit or of a single statement, asks here first: a commit into a file
+ * that is no longer the database must not pass for one that was recorded.  Non-zero turns
+ * the commit into a rollback; db_fail then reports why. */
+static int on_commit(void *p)
+{
+    return db_check_file(p, NULL) != 0;
+}
+
 int db_open(const char *path, hearth_db **out, hearth_err *err)
 {
     *out = NULL;
@@ -211,6 +289,8 @@ int db_open(const char *path, hearth_db **out, hearth_err *err)
         db_close(db);
         return rc;
     }
+    remember_files(db);
+    sqlite3_commit_hook(db->s, on_commit, db);
     *out = db;
     return 0;
 }
@@ -233,10 +313,21 @@ void db_close(hearth_db *db)
             sqlite3_exec(db->s, "ROLLBACK", NULL, NULL, NULL);
         for (size_t i = 0; i < db->n_stmts; i++)
             sqlite3_finalize(db->stmts[i].st);
-        /* Keeps planner statistics fresh; the limit bounds the work on large tables, and
-         * no waiting: while another process writes, a reader's exit must not block. */
-        sqlite3_busy_timeout(db->s, 0);
-        sqlite3_exec(db->s, "PRAGMA analysis_limit = 1000; PRAGMA optimize", NULL, NULL, NULL);
+        if (db_check_file(db, NULL) == 0) {
+            /* Keeps planner statistics fresh; the limit bounds the work on large tables,
+             * and no waiting: while another process writes, a reader's exit must not
+             * block. */
+            sqlite3_busy_timeout(db->s, 0);
+            sqlite3_exec(db->s, "PRAGMA analysis_limit = 1000; PRAGMA optimize", NULL, NULL,
+                         NULL);
+        } else {
+            /* The last connection to close deletes the -wal and -shm files *by name*: with
+             * our file gone, those names may already be a new database's (`hearth ingest`
+             * rebuilding it), whose recent commits would go with them.  A persistent WAL
+             * is left in place. */
+            int persist = 1;
+            sqlite3_file_control(db->s, "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
+        }
         sqlite3_close(db->s);
     }
     keycache_clear(db);
@@ -254,6 +345,9 @@ int db_tx_begin(hearth_db *db, hearth_err *err)
     if (db->depth == 0) {
         /* A transaction the caller opened by hand is joined, not nested. */
         int outer = sqlite3_get_autocommit(db->s);
+        int rc = outer ? db_check_file(db, err) : 0;
+        if (rc)
+            return rc;
         if (outer && sqlite3_exec(db->s, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
             return db_fail(db, err, "starting a transaction");
         db->outer_began = outer;

@@ -15,8 +15,19 @@
  * savepoints: they copy every touched page, which made bulk inserts several times
  * slower.)
  *
+ * The file must stay the one that was opened.  A database deleted or replaced while open
+ * (`rm hearth.db*` during a sweep) still takes writes, into an unlinked inode that nobody
+ * will ever read: every result would vanish without an error.  So db_open remembers the
+ * identity (st_dev, st_ino) of the file and of its -wal and -shm companions, and
+ * db_check_file compares it with what the path names now; every commit checks it (a
+ * commit hook: one turned into a rollback fails with the message below), and so does
+ * the outermost db_tx_begin, so no write reports success into a lost file.  Once
+ * lost, the connection stays lost (db_file_lost) and db_close leaves the files under
+ * that path alone (see db_close).
+ *
  * Errors: functions return 0 or a negative herr_code with the message in `err`; SQLite
- * failures are HERR_RUNTIME ("PATH: what: sqlite message"), a busy database included. */
+ * failures are HERR_RUNTIME ("PATH: what: sqlite message"), a busy database included; a
+ * lost database file is HERR_IO ("PATH: the results database was deleted ..."). */
 #ifndef HEARTH_DB_H
 #define HEARTH_DB_H
 
@@ -30,8 +41,17 @@ typedef struct hearth_db hearth_db;
 /* Opens (creating it when missing) the database at `path` and migrates it to the latest
  * schema.  *out is set on success; close it with db_close. */
 int db_open(const char *path, hearth_db **out, hearth_err *err);
-/* Closes the connection and frees `db` (NULL is fine).  An open transaction is rolled back. */
+/* Closes the connection and frees `db` (NULL is fine).  An open transaction is rolled back.
+ * When the file was lost (db_check_file), the connection's -wal and -shm files are kept
+ * rather than deleted by name: that name may by now belong to a new database. */
 void db_close(hearth_db *db);
+
+/* 0 while `path` (and its -wal and -shm files, once they exist) is still the file this
+ * connection opened; HERR_IO with "PATH: the results database was deleted|replaced while
+ * hearth was using it" when it is not.  The loss is sticky: every later call fails too. */
+int db_check_file(hearth_db *db, hearth_err *err);
+/* 1 once db_check_file found the file lost. */
+int db_file_lost(const hearth_db *db);
 
 /* The schema version this binary writes (the highest embedded migration). */
 int db_schema_latest(void);

@@ -360,6 +360,32 @@ static int check_round_trip(const char *path, const char *yaml, const char *want
     return 0;
 }
 
+int rundir_config_read(const char *run_dir, const char *hash, char **json, hearth_err *err)
+{
+    char path[4200], got[65];
+    char *yaml = NULL;
+    *json = NULL;
+    int rc = rundir_path(path, sizeof path, run_dir, "run.yaml", err);
+    if (!rc)
+        rc = render_read_file(path, &yaml, NULL, err);
+    if (rc)
+        return rc;
+    run_config c;
+    rc = run_config_parse(&c, path, yaml, NULL, 0, 0, err);
+    free(yaml);
+    if (!rc)
+        rc = run_config_hash(&c, got, err);
+    if (rc)
+        return rc;   /* the parser's message names the file: "PATH:LINE:COL: key: ..." */
+    if (hash && strcmp(got, hash) != 0)
+        return herr_set(err, HERR_CONFIG, "%s: config hash %s, but job.json says %s", path, got,
+                        hash);
+    /* The stored text is the canonical form, whatever spacing the file has. */
+    if (!(*json = run_config_canonical_json(&c, err)))
+        return HERR_CONFIG;
+    return 0;
+}
+
 static int job_vars_render(const rundir_job *j, const char *run_dir, const char *tmpl_name,
                            const char *tmpl, char **script, hearth_err *err)
 {

@@ -71,6 +71,11 @@ int rundir_write(const char *run_dir, const rundir_job *j, const char *config_js
 /* run.yaml's text for a canonical config JSON (see above).  malloc'd; NULL with err. */
 char *rundir_config_yaml(const char *config_json, hearth_err *err);
 
+/* RUN_DIR/run.yaml read back (rebuilding a database, rebuild.h): the canonical JSON of the
+ * config it holds in *json (malloc'd), which must have config hash `hash` (job.json's);
+ * HERR_IO when unreadable, HERR_CONFIG naming the file when malformed or of another hash. */
+int rundir_config_read(const char *run_dir, const char *hash, char **json, hearth_err *err);
+
 /* RUN_DIR/exit_code: returns 1 and stores the code, 0 when the file is absent or does not
  * hold a number (a job that never got to write it). */
 int rundir_exit_code(const char *run_dir, int *code);

@@ -158,6 +158,69 @@ int runs_db_insert(hearth_db *db, const run_new *r, char **run_id, int64_t *pk,
     return rc;
 }
 
+static int restore_run(hearth_db *db, const run_restore *r, json_t *config, hearth_err *err)
+{
+    int64_t exp = 0;
+    int rc = runs_db_experiment_upsert(db, r->experiment, NULL, NULL, &exp, err);
+    if (rc)
+        return rc;
+    static const char ins_sql[] =
+        "INSERT INTO runs (run_id, experiment_id, seq, config_json, config_hash, run_dir, "
+        "state, attempts, backend) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) "
+        "ON CONFLICT DO NOTHING";
+    sqlite3_stmt *st;
+    if ((rc = db_prepare_text(db, ins_sql, r->run_id, &st, err)))
+        return rc;
+    sqlite3_bind_int64(st, 2, exp);
+    sqlite3_bind_int64(st, 3, r->seq);
+    sqlite3_bind_text(st, 4, r->config_json, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, r->config_hash, -1, SQLITE_STATIC);
+    bind_opt_text(st, 6, r->run_dir);
+    sqlite3_bind_text(st, 7, run_state_name(r->state), -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 8, r->attempts);
+    bind_opt_text(st, 9, r->backend);
+    if ((rc = db_step_done(db, st, "recording a run", err)))
+        return rc;
+    if (sqlite3_changes(db_sqlite(db)) == 0)
+        return herr_set(err, HERR_CONFIG, "run %s (or number %lld of experiment %s) is "
+                        "recorded already; not changed", r->run_id, (long long)r->seq,
+                        r->experiment);
+    int64_t row = sqlite3_last_insert_rowid(db_sqlite(db));
+    if ((rc = config_kv_insert(db, row, config, err)))
+        return rc;
+    static const char ev_sql[] =
+        "INSERT INTO run_events (run, from_state, to_state, attempt, backend, note) "
+        "VALUES (?1, 'pending', ?2, ?3, ?4, ?5)";
+    if ((rc = db_prepare_int64(db, ev_sql, row, &st, err)))
+        return rc;
+    sqlite3_bind_text(st, 2, run_state_name(r->state), -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 3, r->attempts);
+    bind_opt_text(st, 4, r->backend);
+    bind_opt_text(st, 5, r->note);
+    return db_step_done(db, st, "recording a run event", err);
+}
+
+int runs_db_restore(hearth_db *db, const run_restore *r, hearth_err *err)
+{
+    if (!r->experiment || !r->run_id || !r->config_json || r->seq < 1 || r->attempts < 0 ||
+        (unsigned)r->state >= RUN_STATE_COUNT)
+        return herr_set(err, HERR_CONFIG, "a restored run needs an experiment, an id, a "
+                        "number, a config and a state");
+    if (!hash_ok(r->config_hash))
+        return herr_set(err, HERR_CONFIG, "config hash '%s' is not 64 lowercase hex digits",
+                        r->config_hash ? r->config_hash : "");
+    json_error_t jerr;
+    json_t *config = json_loads(r->config_json, JSON_REJECT_DUPLICATES, &jerr);
+    if (!config)
+        return herr_set(err, HERR_CONFIG, "run config JSON:%d:%d: %s", jerr.line, jerr.column,
+                        jerr.text);
+    int rc = db_tx_begin(db, err);
+    if (rc == 0)
+        rc = db_tx_end(db, restore_run(db, r, config, err), err);
+    json_decref(config);
+    return rc;
+}
+
 /* Runs a one-row UPDATE keyed by run_id; "no run named" when nothing matched. */
 static int update_run(hearth_db *db, const char *sql, const char *run_id, const char *a,
                       const char *b, hearth_err *err)

@@ -36,6 +36,26 @@ typedef struct {
 int runs_db_insert(hearth_db *db, const run_new *r, char **run_id, int64_t *pk,
                    hearth_err *err);
 
+/* A run recorded again from its run directory (`hearth ingest`, rebuild.h): its id, number
+ * and state are what the directory says, not assigned here. */
+typedef struct {
+    const char *experiment;   /* name; the experiment is created when missing */
+    const char *run_id;       /* "<experiment>-<seq>" */
+    int64_t seq;
+    const char *config_json;  /* as for run_new */
+    const char *config_hash;
+    const char *run_dir;
+    run_state state;
+    int attempts;
+    const char *backend;      /* may be NULL */
+    const char *note;         /* for the history (run_events): from where it came */
+} run_restore;
+
+/* Inserts the run with the given id, state and attempts, its flattened config and one
+ * run_events row (pending -> state, with the note).  A run id that exists already fails
+ * with HERR_CONFIG and changes nothing: a restore never overwrites a recorded run. */
+int runs_db_restore(hearth_db *db, const run_restore *r, hearth_err *err);
+
 int runs_db_set_run_dir(hearth_db *db, const char *run_id, const char *run_dir,
                         hearth_err *err);
 /* Records the backend and job id of the current attempt without changing the state (for

@@ -894,6 +894,10 @@ int sweep_run(hearth_db *db, backend *b, const sweep_opts *o, sweep_result *res,
     int stopping = 0, waiting_after = 0;
     backend_event ev[32];
     while (!rc) {
+        /* Every write checks the file too (db.h), but a sweep whose jobs run for hours
+         * writes nothing meanwhile: each tick notices a deleted database at once. */
+        if ((rc = db_check_file(db, err)))
+            break;
         if (o->stop && *o->stop && !stopping) {
             stopping = 1;
             say(&sw, "stopping: cancelling %zu running job(s); pending runs stay pending",

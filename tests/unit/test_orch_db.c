@@ -715,6 +715,121 @@ static void test_two_connections(void **state)
     db_close(other);
 }
 
+/* ---- the database file deleted or replaced under an open connection --------------------- */
+
+static void unlink_db(const char *path, const char *suffix)
+{
+    char p[400];
+    snprintf(p, sizeof p, "%s%s", path, suffix);
+    unlink(p);
+}
+
+static int file_exists(const char *path, const char *suffix)
+{
+    char p[400];
+    snprintf(p, sizeof p, "%s%s", path, suffix);
+    return access(p, F_OK) == 0;
+}
+
+/* Deleted with its -wal and -shm (`rm hearth.db*`): every later write fails with HERR_IO
+ * naming the file, instead of going into an unlinked inode. */
+static void test_file_deleted(void **state)
+{
+    fixture *f = *state;
+    hearth_err err = {{0}};
+    open_db(f);
+    CHECK(runs_db_experiment_upsert(f->db, "before", NULL, NULL, NULL, &err), f);
+    assert_int_equal(db_check_file(f->db, &err), 0);
+    assert_int_equal(db_file_lost(f->db), 0);
+    unlink_db(f->path, "");
+    unlink_db(f->path, "-wal");
+    unlink_db(f->path, "-shm");
+    assert_int_equal(db_check_file(f->db, &err), HERR_IO);
+    assert_non_null(strstr(err.msg, f->path));
+    assert_non_null(strstr(err.msg, "was deleted while hearth was using it"));
+    assert_int_equal(db_file_lost(f->db), 1);
+    memset(&err, 0, sizeof err);
+    assert_int_equal(runs_db_experiment_upsert(f->db, "after", NULL, NULL, NULL, &err), HERR_IO);
+    assert_non_null(strstr(err.msg, f->path));
+
+    /* A new database at the same path (what `hearth ingest` makes) keeps its commits when
+     * the old connection closes: the old one must not delete the new -wal and -shm. */
+    hearth_db *fresh = NULL;
+    if (db_open(f->path, &fresh, &err))
+        fail_msg("reopen: %s", err.msg);
+    CHECK(runs_db_experiment_upsert(fresh, "rebuilt", NULL, NULL, NULL, &err), f);
+    db_close(f->db);
+    f->db = NULL;
+    assert_true(file_exists(f->path, "-wal"));
+    assert_true(file_exists(f->path, "-shm"));
+    assert_int_equal(db_check_file(fresh, &err), 0);
+    db_close(fresh);
+    open_db(f);
+    int64_t id;
+    assert_int_equal(runs_db_experiment_find(f->db, "rebuilt", &id, &err), 1);
+    assert_int_equal(runs_db_experiment_find(f->db, "before", &id, &err), 0);
+}
+
+/* Replaced by another file (a copy moved over it): "replaced", and the write transaction
+ * that was open when it happened does not commit. */
+static void test_file_replaced(void **state)
+{
+    fixture *f = *state;
+    hearth_err err = {{0}};
+    char other[320];
+    snprintf(other, sizeof other, "%s/other.db", f->dir);
+    open_db(f);
+    hearth_db *o = NULL;
+    if (db_open(other, &o, &err))
+        fail_msg("db_open other: %s", err.msg);
+    db_close(o);
+    CHECK(db_tx_begin(f->db, &err), f);
+    CHECK(runs_db_experiment_upsert(f->db, "inside", NULL, NULL, NULL, &err), f);
+    assert_int_equal(rename(other, f->path), 0);
+    assert_int_equal(db_tx_end(f->db, 0, &err), HERR_IO);
+    assert_non_null(strstr(err.msg, f->path));
+    assert_non_null(strstr(err.msg, "was replaced while hearth was using it"));
+    assert_int_equal(db_tx_depth(f->db), 0);
+    assert_int_equal(db_tx_begin(f->db, &err), HERR_IO);
+}
+
+/* Only the -wal deleted: its commits not yet in the file would be lost just the same. */
+static void test_wal_deleted(void **state)
+{
+    fixture *f = *state;
+    hearth_err err = {{0}};
+    open_db(f);
+    CHECK(runs_db_experiment_upsert(f->db, "a", NULL, NULL, NULL, &err), f);
+    assert_true(file_exists(f->path, "-wal"));
+    unlink_db(f->path, "-wal");
+    assert_int_equal(runs_db_experiment_upsert(f->db, "b", NULL, NULL, NULL, &err), HERR_IO);
+    assert_non_null(strstr(err.msg, f->path));
+}
+
+/* Ordinary use never looks lost: writes, other connections opening and closing (the last
+ * of them must not take the -wal away from under us), a reopen. */
+static void test_file_kept(void **state)
+{
+    fixture *f = *state;
+    hearth_err err = {{0}};
+    open_db(f);
+    for (int i = 0; i < 5; i++) {
+        hearth_db *other = NULL;
+        if (db_open(f->path, &other, &err))
+            fail_msg("second open: %s", err.msg);
+        char name[32];
+        snprintf(name, sizeof name, "e%d", i);
+        CHECK(runs_db_experiment_upsert(other, name, NULL, NULL, NULL, &err), f);
+        db_close(other);
+        CHECK(runs_db_experiment_upsert(f->db, name, "spec.yaml", NULL, NULL, &err), f);
+        CHECK(db_check_file(f->db, &err), f);
+    }
+    db_close(f->db);
+    open_db(f);
+    CHECK(db_check_file(f->db, &err), f);
+    CHECK(runs_db_experiment_upsert(f->db, "last", NULL, NULL, NULL, &err), f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -727,6 +842,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rollback_is_atomic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_counts_and_list, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_connections, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_file_deleted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_file_replaced, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wal_deleted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_file_kept, setup, teardown),
     };
     return cmocka_run_group_tests_name("orch_db", tests, NULL, NULL);
 }

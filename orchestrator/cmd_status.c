@@ -103,11 +103,12 @@ static int status_experiments(hcli_ctx *c, hearth_db *db, report_format fmt, hea
         cells[k++] = int_cell(total);
         for (int s = 0; s < RUN_STATE_COUNT; s++)
             cells[k++] = int_cell(counts[s]);
-        char dir[PATH_MAX], who[32];
-        pid_t pid = 0;
+        char dir[PATH_MAX], who[320];
+        sweep_lock_owner owner;
+        memset(&owner, 0, sizeof owner);
         int held = sweep_experiment_dir(db, exps[i], runs_dir, dir, sizeof dir, err) == 0 &&
-                   sweep_lock_held(dir, &pid);
-        snprintf(who, sizeof who, "pid %d", (int)pid);
+                   sweep_lock_held(dir, &owner);
+        sweep_lock_owner_format(&owner, who, sizeof who);
         cells[k++] = text_cell(held ? who : NULL);
         rc = report_row(r, cells, err);
     }
@@ -186,8 +187,7 @@ static void status_refresh(hcli_ctx *c, hearth_db *db, const char *exp)
         sweep_experiment_dir(db, exp, runs_dir, exp_dir, sizeof exp_dir, &err))
         return;
     int lock = -1;
-    pid_t holder = 0;
-    if (sweep_lock_acquire(exp_dir, 0, NULL, &lock, &holder, &err) != 0)
+    if (sweep_lock_acquire(exp_dir, 0, NULL, &lock, NULL, &err) != 0)
         return;   /* a runner follows the jobs: the database is current */
     backend *b = NULL;
     int rc = backend_open(backend_name, &b, &err);

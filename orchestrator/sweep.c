@@ -2,6 +2,7 @@
  * See sweep.h. */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1002,18 +1003,51 @@ int sweep_experiment_dir(hearth_db *db, const char *experiment, const char *runs
     return 0;
 }
 
-static pid_t read_pid(int fd)
+/* The runner's record in its lock file: "PID HOST\n".  *o->pid is 0 when the file says
+ * nothing usable: a runner that has just created the file and not yet written it. */
+static void read_owner(int fd, sweep_lock_owner *o)
 {
-    char buf[32];
+    char buf[320];
+    memset(o, 0, sizeof *o);
     ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
     if (n <= 0)
-        return 0;
+        return;
     buf[n] = 0;
-    return (pid_t)atoi(buf);
+    int pid = 0;
+    char host[sizeof o->host];
+    host[0] = 0;
+    if (sscanf(buf, "%d %255s", &pid, host) < 1 || pid <= 0)
+        return;
+    o->pid = (pid_t)pid;
+    snprintf(o->host, sizeof o->host, "%s", host);
 }
 
-int sweep_lock_acquire(const char *exp_dir, int wait, FILE *msg, int *fd, pid_t *holder,
-                       hearth_err *err)
+/* Whether the recorded owner can be the process holding the lock.  A record of this host
+ * whose pid is gone is stale: the lock is held by a process that records nothing (a
+ * `hearth wait` or `hearth status` looking, which holds it for an instant), or by a runner
+ * that has not written its record yet. */
+static int owner_plausible(const sweep_lock_owner *o)
+{
+    if (o->pid <= 0)
+        return 0;
+    char me[sizeof o->host];
+    if (o->host[0] && (gethostname(me, sizeof me) || strncmp(me, o->host, sizeof me) != 0))
+        return 1;   /* another host's process: cannot be checked from here */
+    return !(kill(o->pid, 0) && errno == ESRCH);
+}
+
+void sweep_lock_owner_format(const sweep_lock_owner *o, char *buf, size_t size)
+{
+    if (o->pid <= 0)
+        snprintf(buf, size, "pid unknown");
+    else if (o->host[0])
+        snprintf(buf, size, "pid %d on %s", (int)o->pid, o->host);
+    else
+        snprintf(buf, size, "pid %d", (int)o->pid);
+}
+
+int sweep_lock_acquire(const char *exp_dir, int wait, FILE *msg, int *fd,
+                       sweep_lock_owner *holder, hearth_err *err)
 {
     char path[4200];
     int rc = rundir_mkdirs(exp_dir, err);
@@ -1024,33 +1058,58 @@ int sweep_lock_acquire(const char *exp_dir, int wait, FILE *msg, int *fd, pid_t 
     int lfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (lfd < 0)
         return herr_set(err, HERR_IO, "%s: %s", path, strerror(errno));
-    int said = 0;
+    sweep_lock_owner said;   /* the holder last named on msg */
+    memset(&said, 0, sizeof said);
+    int tries = 0, said_unknown = 0;
     while (flock(lfd, LOCK_EX | LOCK_NB)) {
         if (errno != EWOULDBLOCK && errno != EINTR) {
             int e = errno;
             close(lfd);
             return herr_set(err, HERR_IO, "%s: flock: %s", path, strerror(e));
         }
-        pid_t other = read_pid(lfd);
-        if (holder)
-            *holder = other;
-        if (!wait) {
+        sweep_lock_owner other;
+        read_owner(lfd, &other);
+        int known = owner_plausible(&other);
+        if (!known)
+            other.pid = 0;
+        /* Without `wait` the holder is asked for again while its record is not there yet
+         * (it is written right after the lock is taken): about a second at most. */
+        if (!wait && (known || ++tries > 50)) {
+            if (holder)
+                *holder = other;
             close(lfd);
             return 1;
         }
-        if (msg && !said) {
-            fprintf(msg, "hearth: another runner (pid %d) is working on this experiment; "
-                    "waiting for it to finish\n", (int)other);
+        if (holder)
+            *holder = other;
+        /* Said when the holder is known and another than last said; a holder that never
+         * records itself (not a hearth runner) is said once, after a few seconds. */
+        if (wait && msg && known && (other.pid != said.pid || strcmp(other.host, said.host))) {
+            char who[320];
+            sweep_lock_owner_format(&other, who, sizeof who);
+            fprintf(msg, "hearth: another runner (%s) is working on this experiment; "
+                    "waiting for it to finish\n", who);
             fflush(msg);
-            said = 1;
+            said = other;
+        } else if (wait && msg && !known && !said.pid && !said_unknown && ++tries > 25) {
+            fprintf(msg, "hearth: another process holds %s (it recorded no pid); waiting "
+                    "for it to let go\n", path);
+            fflush(msg);
+            said_unknown = 1;
         }
-        struct timespec ts = { 0, 200 * 1000000L };
+        struct timespec ts = { 0, (wait ? 200 : 20) * 1000000L };
         nanosleep(&ts, NULL);
     }
-    char line[32];
-    int len = snprintf(line, sizeof line, "%d\n", (int)getpid());
-    if (ftruncate(lfd, 0) || pwrite(lfd, line, (size_t)len, 0) != len) {
-        /* the pid is only informational */
+    /* Written over the old record, then cut to length: the file is never empty in
+     * between, so that a runner asking who holds the lock never reads nothing. */
+    char host[256] = "";
+    if (gethostname(host, sizeof host) || strpbrk(host, " \n"))
+        host[0] = 0;
+    host[sizeof host - 1] = 0;
+    char line[320];
+    int len = snprintf(line, sizeof line, "%d%s%s\n", (int)getpid(), host[0] ? " " : "", host);
+    if (pwrite(lfd, line, (size_t)len, 0) != len || ftruncate(lfd, len)) {
+        /* the record is only informational */
     }
     *fd = lfd;
     return 0;
@@ -1062,7 +1121,7 @@ void sweep_lock_release(int fd)
         close(fd);
 }
 
-int sweep_lock_held(const char *exp_dir, pid_t *pid)
+int sweep_lock_held(const char *exp_dir, sweep_lock_owner *owner)
 {
     char path[4200];
     if (rundir_path(path, sizeof path, exp_dir, "runner.lock", NULL))
@@ -1073,8 +1132,11 @@ int sweep_lock_held(const char *exp_dir, pid_t *pid)
     int held = 0;
     if (flock(fd, LOCK_SH | LOCK_NB)) {
         held = errno == EWOULDBLOCK;
-        if (held && pid)
-            *pid = read_pid(fd);
+        if (held && owner) {
+            read_owner(fd, owner);
+            if (!owner_plausible(owner))
+                owner->pid = 0;
+        }
     } else {
         flock(fd, LOCK_UN);
     }

@@ -406,6 +406,15 @@ int cmd_resume(hcli_ctx *c)
     char backend_name[64] = "local";
     if (!rc)
         experiment_backend(db, c->argv[0], backend_name, sizeof backend_name);
+    /* Cancelled runs come back only when asked for: a cancel is a user's decision.  (Runs
+     * interrupted with their runner were never cancelled: they are requeued, sweep.h.)
+     * Reopened before the runner takes the lock; a runner working on the experiment
+     * meanwhile picks them up like runs added by a second submit. */
+    long reopened = 0;
+    if (!rc && hcli_flag(c, "include-cancelled") &&
+        !(rc = sweep_reopen_cancelled(db, c->argv[0], &reopened, &err)) && reopened)
+        fprintf(stderr, "hearth: %s: %ld cancelled run%s reopened\n", c->argv[0], reopened,
+                reopened == 1 ? "" : "s");
     db_close(db);
     if (rc)
         return hcli_fail(c, rc, &err);

@@ -95,11 +95,16 @@ static int runner(hcli_ctx *c, const cmd_run_opts *ro, int ready)
            res.completed, res.failed, res.timeout, res.cancelled);
     if (res.retried)
         printf(", %ld retried", res.retried);
+    if (res.interrupted)
+        printf(", %ld interrupted", res.interrupted);
     if (res.vanished)
         printf(", %ld vanished (%ld replaced by new runs)", res.vanished, res.replaced);
     if (res.pending)
         printf(", %ld still pending", res.pending);
     printf(" (runs in %s)\n", ro->exp_dir);
+    if (res.interrupted || (stop_requested && res.pending))
+        printf("`hearth resume %s` continues the interrupted and pending runs\n",
+               ro->experiment);
     fflush(stdout);
     if (stop_requested)
         return HCLI_EXIT_FAILED;

@@ -47,6 +47,7 @@ typedef struct {
     progress prog;            /* the [N/T] line and messages (progress.h) */
     flight **batch;           /* submitted state recorded, waiting for submit_many */
     size_t nbatch, capbatch;
+    int stopping;             /* o->stop was seen: jobs cancelled now are interrupted */
 } sweeper;
 
 static double now_s(void)
@@ -377,6 +378,21 @@ static int record_end(sweeper *sw, flight *f, const backend_event *ev,
     }
     int code;
     char note[1200];
+    if (sw->stopping && ev->how == BACKEND_CANCELLED) {
+        /* Cancelled by this runner because it was told to stop, not by anyone's choice
+         * about the run: the next runner continues it. */
+        run_transition t = { .has_exit_code = ev->has_exit_code, .exit_code = ev->exit_code,
+                             .note = SWEEP_NOTE_INTERRUPTED };
+        rc = move(sw, f->run_id, RUN_REQUEUED, &t);
+        if (rc == 0) {
+            sw->res->interrupted++;
+            say(sw, "%s interrupted%s; `hearth resume %s` continues it", f->run_id,
+                rundir_has_checkpoint(f->run_dir) ? " after a checkpoint" : "",
+                sw->o->experiment);
+        }
+        run_info_free(&ri);
+        return rc < 0 ? rc : 0;
+    }
     run_state to = end_state(f, ev, sum, ierr, &code, note, sizeof note);
     if (ierr && to != RUN_COMPLETED)
         say(sw, "%s: %s", f->run_id, ierr->msg);
@@ -384,7 +400,20 @@ static int record_end(sweeper *sw, flight *f, const backend_event *ev,
         say(sw, "%s: its job script is gone, but its trainer finished: %s", f->run_id, note);
     run_transition t = { .has_exit_code = code >= 0, .exit_code = code, .note = note };
     int retryable = sweep_retryable(to, code, f->job.retry_timeout);
-    if (retryable && ri.attempts < 1 + f->job.retries) {
+    /* Attempts that ended without failing (interrupted, reopened) use up no retry. */
+    long interrupted = 0, reopened = 0;
+    rc = 0;
+    if (retryable && (rc = runs_db_count_events(sw->db, f->run_id, RUN_REQUEUED,
+                                                SWEEP_NOTE_INTERRUPTED, &interrupted,
+                                                sw->err)) == 0)
+        rc = runs_db_count_events(sw->db, f->run_id, RUN_REQUEUED, SWEEP_NOTE_REOPENED,
+                                  &reopened, sw->err);
+    long spared = interrupted + reopened;
+    if (rc) {
+        run_info_free(&ri);
+        return rc;
+    }
+    if (retryable && ri.attempts - spared < 1 + f->job.retries) {
         char rnote[1300];
         snprintf(rnote, sizeof rnote, "%s; attempt %d of %d, retrying", note, ri.attempts,
                  1 + f->job.retries);
@@ -895,9 +924,9 @@ int sweep_run(hearth_db *db, backend *b, const sweep_opts *o, sweep_result *res,
     backend_event ev[32];
     while (!rc) {
         if (o->stop && *o->stop && !stopping) {
-            stopping = 1;
-            say(&sw, "stopping: cancelling %zu running job(s); pending runs stay pending",
-                sw.nfl);
+            stopping = sw.stopping = 1;
+            say(&sw, "stopping: interrupting %zu running job(s); pending runs stay pending; "
+                "`hearth resume %s` continues them all", sw.nfl, o->experiment);
             for (size_t i = 0; i < sw.nfl; i++) {
                 backend_job bj;
                 backend_job_of(sw.fl[i], &bj);
@@ -957,8 +986,11 @@ int sweep_run(hearth_db *db, backend *b, const sweep_opts *o, sweep_result *res,
     long c[RUN_STATE_COUNT];
     hearth_err e2;
     if (runs_db_state_counts(db, o->experiment, c, &e2) == 0)
-        res->pending = c[RUN_PENDING] + c[RUN_REQUEUED];
-    res->total = res->completed + res->failed + res->timeout + res->cancelled + res->vanished;
+        res->pending = c[RUN_PENDING] + c[RUN_REQUEUED] - res->interrupted;
+    if (res->pending < 0)
+        res->pending = 0;
+    res->total = res->completed + res->failed + res->timeout + res->cancelled + res->vanished +
+                 res->interrupted;
     /* On an error, jobs still running are left alone: they keep their lock and a later
      * `hearth resume` takes them over. */
     for (size_t i = 0; i < sw.nfl; i++)
@@ -969,6 +1001,23 @@ int sweep_run(hearth_db *db, backend *b, const sweep_opts *o, sweep_result *res,
     free(sw.batch);
     queue_clear(&sw);
     free(sw.tmpl);
+    return rc;
+}
+
+int sweep_reopen_cancelled(hearth_db *db, const char *experiment, long *n, hearth_err *err)
+{
+    run_info *v = NULL;
+    size_t nv = 0;
+    long done = 0;
+    int rc = runs_db_list(db, experiment, 1u << RUN_CANCELLED, &v, &nv, err);
+    for (size_t i = 0; !rc && i < nv; i++) {
+        run_transition t = { .note = SWEEP_NOTE_REOPENED };
+        if (!(rc = runs_db_transition(db, v[i].run_id, RUN_REQUEUED, &t, err)))
+            done++;
+    }
+    runs_db_list_free(v, nv);
+    if (n)
+        *n = done;
     return rc;
 }
 

@@ -29,8 +29,17 @@
  * picked up when the queue runs dry.
  *
  * One runner per experiment: sweep_lock_acquire takes RUNS_DIR/EXP/runner.lock (flock, so a
- * killed runner releases it; the file records "PID HOST" of the holder, for messages), and `hearth wait` uses it to tell a live sweep from an
- * abandoned one. */
+ * killed runner releases it; the file records "PID HOST" of the holder, for messages), and
+ * `hearth wait` uses it to tell a live sweep from an abandoned one.
+ *
+ * Interrupted (opts.stop set: the runner got SIGINT, SIGTERM or SIGHUP): no run is started,
+ * running jobs are cancelled, and a run whose job ended by that cancel is *interrupted*: it
+ * goes running -> requeued (note SWEEP_NOTE_INTERRUPTED), not cancelled, so that the next
+ * runner (`hearth resume`) continues it, from its checkpoint when it left one (the
+ * trainer writes one on SIGTERM; the job script passes --resume).  An interruption is not
+ * a failure: it uses up none of the run's retries.  Runs cancelled on purpose (`hearth
+ * cancel`) stay cancelled; sweep_reopen_cancelled brings them back for `hearth resume
+ * --include-cancelled`. */
 #ifndef HEARTH_SWEEP_H
 #define HEARTH_SWEEP_H
 
@@ -60,12 +69,25 @@ typedef struct {
     long vanished;                   /* found failed by reconcile ("job process vanished"):
                                         their points got new runs, so they are not counted
                                         in `failed` */
+    long interrupted;                /* requeued because the sweep was stopped: the next
+                                        runner continues them (not in `pending`) */
     long retried;                    /* further attempts started */
     long replaced;                   /* vanished runs given a new run */
 } sweep_result;
 
 int sweep_run(hearth_db *db, backend *b, const sweep_opts *o, sweep_result *res,
               hearth_err *err);
+
+/* The history notes of attempts that ended without failing, so that they use up no retry:
+ * a run interrupted with its runner, and a cancelled run reopened by `hearth resume
+ * --include-cancelled`. */
+#define SWEEP_NOTE_INTERRUPTED "interrupted: its runner was stopped by a signal"
+#define SWEEP_NOTE_REOPENED "reopened by hearth resume --include-cancelled"
+
+/* Moves every cancelled run of `experiment` back to requeued, so that the next sweep
+ * runs it again (from its checkpoint when it has one).  *n (may be NULL) receives how
+ * many. */
+int sweep_reopen_cancelled(hearth_db *db, const char *experiment, long *n, hearth_err *err);
 
 /* Creates one new run of an experiment: the database row (pending) and its run directory
  * RUNS_EXP_DIR/<run-id>/ with run.yaml, job.json and job.sh (template text `tmpl`), all in

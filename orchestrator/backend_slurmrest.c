@@ -68,6 +68,9 @@ typedef struct {
     char *base_url;               /* "http://host:port" (no trailing slash) */
     char *socket_path;            /* unix: URLs; NULL otherwise */
     char *shown_url;              /* for messages */
+    char *token_from;             /* where the token came from, for messages: "file PATH"
+                                     or "$SLURM_JWT" (never the token) */
+    char *user;                   /* X-SLURM-USER-NAME, for messages */
     const char *version;          /* rest_versions[k], once discovered */
     int curl_inited;              /* curl_global_init done: rest_free undoes it */
     rjob *jobs;
@@ -226,6 +229,29 @@ static int rest_call(rest_backend *rb, const char *method, const char *path, con
     return 0;
 }
 
+/* The error for a request the server refused as unauthorised: 401 (the token was not
+ * accepted) or 403 (it was, but this user may not do this).  Says which, the URL, the user
+ * and where the token came from, so that the user knows what to fix; never the token.
+ * Returns 0 for any other status. */
+static int auth_error(rest_backend *rb, long status, json_t *reply, const char *what,
+                      hearth_err *err)
+{
+    if (status != 401 && status != 403)
+        return 0;
+    char why[512] = "";
+    char said[600] = "";
+    if (reply_error(reply, why, sizeof why))
+        snprintf(said, sizeof said, " (the server says: %s)", why);
+    if (status == 401)
+        return herr_set(err, HERR_RUNTIME, "slurmrest: %s: authentication failed (HTTP 401 "
+                        "from %s)%s: the token from %s is not accepted for user %s; is it "
+                        "valid and unexpired? (`scontrol token` prints a new one)", what,
+                        rb->shown_url, said, rb->token_from, rb->user);
+    return herr_set(err, HERR_RUNTIME, "slurmrest: %s: permission denied (HTTP 403 from %s)%s: "
+                    "user %s, with the token from %s, may not do this", what, rb->shown_url,
+                    said, rb->user, rb->token_from);
+}
+
 /* rest_call that must succeed (HTTP 2xx, JSON, no "errors"): else an error naming `what`. */
 static int rest_ok(rest_backend *rb, const char *method, const char *path, const char *body,
                    const char *what, json_t **reply, hearth_err *err)
@@ -236,13 +262,17 @@ static int rest_ok(rest_backend *rb, const char *method, const char *path, const
         return rc;
     char why[512];
     if (reply_error(*reply, why, sizeof why) || status < 200 || status >= 300 || !*reply) {
+        if ((rc = auth_error(rb, status, *reply, what, err))) {
+            json_decref(*reply);
+            *reply = NULL;
+            return rc;
+        }
         if (!reply_error(*reply, why, sizeof why))
             snprintf(why, sizeof why, "%s", *reply ? "request failed" : "no JSON in the reply");
         json_decref(*reply);
         *reply = NULL;
         /* slurmrestd 22.05 answers a rejected token with a bare 500 and this text. */
-        int auth = status == 401 || status == 403 || strstr(why, "Zero Bytes") ||
-                   strstr(why, "uthentication");
+        int auth = strstr(why, "Zero Bytes") || strstr(why, "uthentication");
         return herr_set(err, HERR_RUNTIME, "slurmrest: %s (HTTP %ld from %s): %s%s", what,
                         status, rb->shown_url, why,
                         auth ? " (is the token valid, unexpired and for this user?)" : "");
@@ -265,6 +295,11 @@ static int discover_version(rest_backend *rb, hearth_err *err)
     int rc = rest_call(rb, "GET", "/openapi", NULL, &spec, &status, err);
     if (rc)
         return rc;
+    /* A refused token is said as such, not as a server that speaks no known version. */
+    if ((rc = auth_error(rb, status, spec, "finding the API version", err))) {
+        json_decref(spec);
+        return rc;
+    }
     json_t *paths = json_object_get(spec, "paths");
     char offered[256] = "";
     if (status == 200 && json_is_object(paths)) {
@@ -301,6 +336,10 @@ static int discover_version(rest_backend *rb, hearth_err *err)
         snprintf(path, sizeof path, "/slurm/%s/ping", rest_versions[k]);
         if ((rc = rest_call(rb, "GET", path, NULL, &r, &status, err)))
             return rc;
+        if ((rc = auth_error(rb, status, r, "finding the API version", err))) {
+            json_decref(r);
+            return rc;
+        }
         char why[256];
         int ok = status == 200 && r && !reply_error(r, why, sizeof why);
         json_decref(r);
@@ -758,6 +797,8 @@ static void rest_free(backend *b)
     free(rb->base_url);
     free(rb->socket_path);
     free(rb->shown_url);
+    free(rb->token_from);
+    free(rb->user);
     free(rb);
 }
 
@@ -832,6 +873,16 @@ int backend_slurmrest_create(backend **out, const char *url, const char *token_f
         rc = token_file && *token_file ? read_token(token_file, &token, err)
                                        : token_parse("SLURM_JWT", jwt, &token, err);
     if (!rc) {
+        if (token_file && *token_file)
+            rc = asprintf(&rb->token_from, "file %s", token_file) < 0;
+        else
+            rb->token_from = strdup("$SLURM_JWT");
+        if (rc || !rb->token_from) {
+            rb->token_from = NULL;
+            rc = herr_set(err, HERR_NOMEM, "out of memory");
+        }
+    }
+    if (!rc) {
         const char *user = getenv("HEARTH_SLURMREST_USER");
         struct passwd *pw = (!user || !*user) ? getpwuid(geteuid()) : NULL;
         if (pw)
@@ -839,6 +890,8 @@ int backend_slurmrest_create(backend **out, const char *url, const char *token_f
         if (!user || !*user || strpbrk(user, "\r\n"))
             rc = herr_set(err, HERR_CONFIG, "slurmrest: cannot tell this user's name "
                           "(set HEARTH_SLURMREST_USER)");
+        else if (!(rb->user = strdup(user)))
+            rc = herr_set(err, HERR_NOMEM, "out of memory");
         char *h1 = NULL, *h2 = NULL;
         if (!rc && (asprintf(&h1, "X-SLURM-USER-NAME: %s", user) < 0 ||
                     asprintf(&h2, "X-SLURM-USER-TOKEN: %s", token) < 0)) {

@@ -60,6 +60,8 @@ static const hcli_opt no_opts[] = {
 
 static const hcli_opt resume_opts[] = {
     { "jobs", 'j', "N", NULL, "run at most N jobs at once (default: CPUs / cpus_per_task)" },
+    { "include-cancelled", 0, NULL, NULL, "also run the runs that were cancelled (`hearth "
+      "cancel`) again, each from its checkpoint when it has one" },
     { "detach", 'd', NULL, NULL, "return at once; a background runner finishes the sweep" },
     { NULL, 0, NULL, NULL, NULL },
 };
@@ -159,7 +161,11 @@ const hcli_cmd hcli_commands[] = {
     { "resume", "EXP", 1, 1, "finish an experiment's sweep: recover and run its pending runs",
       "Like running submit again without the spec: finished jobs are recorded (from "
       "RUN_DIR/exit_code, or from the trainer's result.json when the job script died before "
-      "it), live ones waited for, vanished ones replaced, pending ones run.", resume_opts,
+      "it), live ones waited for, vanished ones replaced, pending ones run.  Runs interrupted "
+      "with their runner (SIGINT, SIGTERM or SIGHUP to `hearth submit` or `hearth resume`, "
+      "e.g. Ctrl-C) are requeued, not cancelled, and continue from their checkpoint when "
+      "they left one (the trainer writes one on SIGTERM), else from the start.  Runs "
+      "cancelled with `hearth cancel` stay cancelled unless --include-cancelled.", resume_opts,
       cmd_resume },
     { "logs", "RUN", 1, 1, "print a run's stdout and stderr", NULL, logs_opts, cmd_logs },
     { "query", "[FILTER]", 0, 1, "runs matching a filter expression, as a table, CSV or JSON",

@@ -103,11 +103,12 @@ static int status_experiments(hcli_ctx *c, hearth_db *db, report_format fmt, hea
         cells[k++] = int_cell(total);
         for (int s = 0; s < RUN_STATE_COUNT; s++)
             cells[k++] = int_cell(counts[s]);
-        char dir[PATH_MAX], who[32];
-        pid_t pid = 0;
+        char dir[PATH_MAX], who[320];
+        sweep_lock_owner owner;
+        memset(&owner, 0, sizeof owner);
         int held = sweep_experiment_dir(db, exps[i], runs_dir, dir, sizeof dir, err) == 0 &&
-                   sweep_lock_held(dir, &pid);
-        snprintf(who, sizeof who, "pid %d", (int)pid);
+                   sweep_lock_held(dir, &owner);
+        sweep_lock_owner_format(&owner, who, sizeof who);
         cells[k++] = text_cell(held ? who : NULL);
         rc = report_row(r, cells, err);
     }
@@ -186,8 +187,7 @@ static void status_refresh(hcli_ctx *c, hearth_db *db, const char *exp)
         sweep_experiment_dir(db, exp, runs_dir, exp_dir, sizeof exp_dir, &err))
         return;
     int lock = -1;
-    pid_t holder = 0;
-    if (sweep_lock_acquire(exp_dir, 0, NULL, &lock, &holder, &err) != 0)
+    if (sweep_lock_acquire(exp_dir, 0, NULL, &lock, NULL, &err) != 0)
         return;   /* a runner follows the jobs: the database is current */
     backend *b = NULL;
     int rc = backend_open(backend_name, &b, &err);
@@ -406,6 +406,15 @@ int cmd_resume(hcli_ctx *c)
     char backend_name[64] = "local";
     if (!rc)
         experiment_backend(db, c->argv[0], backend_name, sizeof backend_name);
+    /* Cancelled runs come back only when asked for: a cancel is a user's decision.  (Runs
+     * interrupted with their runner were never cancelled: they are requeued, sweep.h.)
+     * Reopened before the runner takes the lock; a runner working on the experiment
+     * meanwhile picks them up like runs added by a second submit. */
+    long reopened = 0;
+    if (!rc && hcli_flag(c, "include-cancelled") &&
+        !(rc = sweep_reopen_cancelled(db, c->argv[0], &reopened, &err)) && reopened)
+        fprintf(stderr, "hearth: %s: %ld cancelled run%s reopened\n", c->argv[0], reopened,
+                reopened == 1 ? "" : "s");
     db_close(db);
     if (rc)
         return hcli_fail(c, rc, &err);

@@ -52,8 +52,7 @@ static int runner(hcli_ctx *c, const cmd_run_opts *ro, int ready)
     hearth_db *db = NULL;
     backend *b = NULL;
     int lock = -1;
-    pid_t holder = 0;
-    int rc = sweep_lock_acquire(ro->exp_dir, 0, NULL, &lock, &holder, &err);
+    int rc = sweep_lock_acquire(ro->exp_dir, 0, NULL, &lock, NULL, &err);
     if (rc == 1) {
         if (ready >= 0) {
             if (write(ready, "w", 1) < 0) {
@@ -62,7 +61,7 @@ static int runner(hcli_ctx *c, const cmd_run_opts *ro, int ready)
             close(ready);
             ready = -1;
         }
-        rc = sweep_lock_acquire(ro->exp_dir, 1, stderr, &lock, &holder, &err);
+        rc = sweep_lock_acquire(ro->exp_dir, 1, stderr, &lock, NULL, &err);
     }
     if (ready >= 0) {
         if (write(ready, "r", 1) < 0) {
@@ -114,11 +113,16 @@ static int runner(hcli_ctx *c, const cmd_run_opts *ro, int ready)
            res.completed, res.failed, res.timeout, res.cancelled);
     if (res.retried)
         printf(", %ld retried", res.retried);
+    if (res.interrupted)
+        printf(", %ld interrupted", res.interrupted);
     if (res.vanished)
         printf(", %ld vanished (%ld replaced by new runs)", res.vanished, res.replaced);
     if (res.pending)
         printf(", %ld still pending", res.pending);
     printf(" (runs in %s)\n", ro->exp_dir);
+    if (res.interrupted || (stop_requested && res.pending))
+        printf("`hearth resume %s` continues the interrupted and pending runs\n",
+               ro->experiment);
     fflush(stdout);
     if (stop_requested)
         return HCLI_EXIT_FAILED;

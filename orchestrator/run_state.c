@@ -27,7 +27,7 @@ static const unsigned allowed[RUN_STATE_COUNT] = {
     [RUN_REQUEUED] = TO(RUN_SUBMITTED) | TO(RUN_FAILED) | TO(RUN_CANCELLED),
     [RUN_COMPLETED] = 0,
     [RUN_FAILED] = 0,
-    [RUN_CANCELLED] = 0,
+    [RUN_CANCELLED] = TO(RUN_REQUEUED),
     [RUN_TIMEOUT] = 0,
 };
 

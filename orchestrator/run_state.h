@@ -9,9 +9,12 @@
  * - submitted -> completed|failed|timeout|cancelled|requeued: a short job can start and end
  *   between two polls, so `running` is never seen;
  * - pending -> failed (the submission itself failed), pending -> cancelled;
- * - requeued -> cancelled, requeued -> failed (resubmission failed or retries ran out).
- * Terminal states (completed, failed, cancelled, timeout) never change: running a point
- * again makes a new run. */
+ * - requeued -> cancelled, requeued -> failed (resubmission failed or retries ran out);
+ * - cancelled -> requeued: only `hearth resume --include-cancelled`, which runs cancelled
+ *   runs again in their own directories, from their checkpoints.
+ * Otherwise terminal states (completed, failed, cancelled, timeout) never change: running a
+ * point again makes a new run.  (A run interrupted with its runner is not cancelled: it
+ * goes running -> requeued, sweep.h.) */
 #ifndef HEARTH_RUN_STATE_H
 #define HEARTH_RUN_STATE_H
 
@@ -39,7 +42,8 @@ int run_state_can_transition(run_state from, run_state to);
 /* 0 when legal, else HERR_RUNTIME "illegal run state transition FROM -> TO". */
 int run_state_check_transition(run_state from, run_state to, hearth_err *err);
 
-/* completed, failed, cancelled, timeout. */
+/* completed, failed, cancelled, timeout (cancelled is final too, but for an explicit
+ * reopen). */
 int run_state_is_terminal(run_state s);
 
 /* The state a finished attempt goes to from its RUN_DIR/exit_code (hearth-train's exit

@@ -337,6 +337,27 @@ int runs_db_transition(hearth_db *db, const char *run_id, run_state to,
     return db_tx_end(db, transition(db, run_id, to, t, err), err);
 }
 
+int runs_db_count_events(hearth_db *db, const char *run_id, run_state to, const char *note,
+                         long *n, hearth_err *err)
+{
+    static const char sql[] =
+        "SELECT COUNT(*) FROM run_events v JOIN runs r ON r.id = v.run "
+        "WHERE r.run_id = ?1 AND v.to_state = ?2 AND v.note = ?3";
+    sqlite3_stmt *st;
+    *n = 0;
+    int rc = db_prepare(db, sql, &st, err);
+    if (rc)
+        return rc;
+    sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, run_state_name(to), -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, note, -1, SQLITE_TRANSIENT);
+    int step = sqlite3_step(st);
+    if (step == SQLITE_ROW)
+        *n = sqlite3_column_int64(st, 0);
+    db_stmt_done(st);
+    return step == SQLITE_ROW ? 0 : db_fail(db, err, "counting a run's events");
+}
+
 void run_info_free(run_info *r)
 {
     if (!r)

@@ -113,6 +113,11 @@ void runs_db_list_free(run_info *v, size_t n);
 int runs_db_state_counts(hearth_db *db, const char *experiment,
                          long counts[RUN_STATE_COUNT], hearth_err *err);
 
+/* How many of the run's transitions (run_events) went to state `to` with exactly the note
+ * `note`, into *n. */
+int runs_db_count_events(hearth_db *db, const char *run_id, run_state to, const char *note,
+                         long *n, hearth_err *err);
+
 /* Plan dedup: how many runs with this config hash are completed, and how many are still
  * on their way (pending, submitted, running, requeued).  experiment NULL counts runs of
  * every experiment.  Either output may be NULL. */

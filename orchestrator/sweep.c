@@ -2,6 +2,7 @@
  * See sweep.h. */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,7 @@ typedef struct {
     progress prog;            /* the [N/T] line and messages (progress.h) */
     flight **batch;           /* submitted state recorded, waiting for submit_many */
     size_t nbatch, capbatch;
+    int stopping;             /* o->stop was seen: jobs cancelled now are interrupted */
 } sweeper;
 
 static double now_s(void)
@@ -377,6 +379,21 @@ static int record_end(sweeper *sw, flight *f, const backend_event *ev,
     }
     int code;
     char note[1200];
+    if (sw->stopping && ev->how == BACKEND_CANCELLED) {
+        /* Cancelled by this runner because it was told to stop, not by anyone's choice
+         * about the run: the next runner continues it. */
+        run_transition t = { .has_exit_code = ev->has_exit_code, .exit_code = ev->exit_code,
+                             .note = SWEEP_NOTE_INTERRUPTED };
+        rc = move(sw, f->run_id, RUN_REQUEUED, &t);
+        if (rc == 0) {
+            sw->res->interrupted++;
+            say(sw, "%s interrupted%s; `hearth resume %s` continues it", f->run_id,
+                rundir_has_checkpoint(f->run_dir) ? " after a checkpoint" : "",
+                sw->o->experiment);
+        }
+        run_info_free(&ri);
+        return rc < 0 ? rc : 0;
+    }
     run_state to = end_state(f, ev, sum, ierr, &code, note, sizeof note);
     if (ierr && to != RUN_COMPLETED)
         say(sw, "%s: %s", f->run_id, ierr->msg);
@@ -384,7 +401,20 @@ static int record_end(sweeper *sw, flight *f, const backend_event *ev,
         say(sw, "%s: its job script is gone, but its trainer finished: %s", f->run_id, note);
     run_transition t = { .has_exit_code = code >= 0, .exit_code = code, .note = note };
     int retryable = sweep_retryable(to, code, f->job.retry_timeout);
-    if (retryable && ri.attempts < 1 + f->job.retries) {
+    /* Attempts that ended without failing (interrupted, reopened) use up no retry. */
+    long interrupted = 0, reopened = 0;
+    rc = 0;
+    if (retryable && (rc = runs_db_count_events(sw->db, f->run_id, RUN_REQUEUED,
+                                                SWEEP_NOTE_INTERRUPTED, &interrupted,
+                                                sw->err)) == 0)
+        rc = runs_db_count_events(sw->db, f->run_id, RUN_REQUEUED, SWEEP_NOTE_REOPENED,
+                                  &reopened, sw->err);
+    long spared = interrupted + reopened;
+    if (rc) {
+        run_info_free(&ri);
+        return rc;
+    }
+    if (retryable && ri.attempts - spared < 1 + f->job.retries) {
         char rnote[1300];
         snprintf(rnote, sizeof rnote, "%s; attempt %d of %d, retrying", note, ri.attempts,
                  1 + f->job.retries);
@@ -899,9 +929,9 @@ int sweep_run(hearth_db *db, backend *b, const sweep_opts *o, sweep_result *res,
         if ((rc = db_check_file(db, err)))
             break;
         if (o->stop && *o->stop && !stopping) {
-            stopping = 1;
-            say(&sw, "stopping: cancelling %zu running job(s); pending runs stay pending",
-                sw.nfl);
+            stopping = sw.stopping = 1;
+            say(&sw, "stopping: interrupting %zu running job(s); pending runs stay pending; "
+                "`hearth resume %s` continues them all", sw.nfl, o->experiment);
             for (size_t i = 0; i < sw.nfl; i++) {
                 backend_job bj;
                 backend_job_of(sw.fl[i], &bj);
@@ -961,8 +991,11 @@ int sweep_run(hearth_db *db, backend *b, const sweep_opts *o, sweep_result *res,
     long c[RUN_STATE_COUNT];
     hearth_err e2;
     if (runs_db_state_counts(db, o->experiment, c, &e2) == 0)
-        res->pending = c[RUN_PENDING] + c[RUN_REQUEUED];
-    res->total = res->completed + res->failed + res->timeout + res->cancelled + res->vanished;
+        res->pending = c[RUN_PENDING] + c[RUN_REQUEUED] - res->interrupted;
+    if (res->pending < 0)
+        res->pending = 0;
+    res->total = res->completed + res->failed + res->timeout + res->cancelled + res->vanished +
+                 res->interrupted;
     /* On an error, jobs still running are left alone: they keep their lock and a later
      * `hearth resume` takes them over. */
     for (size_t i = 0; i < sw.nfl; i++)
@@ -973,6 +1006,23 @@ int sweep_run(hearth_db *db, backend *b, const sweep_opts *o, sweep_result *res,
     free(sw.batch);
     queue_clear(&sw);
     free(sw.tmpl);
+    return rc;
+}
+
+int sweep_reopen_cancelled(hearth_db *db, const char *experiment, long *n, hearth_err *err)
+{
+    run_info *v = NULL;
+    size_t nv = 0;
+    long done = 0;
+    int rc = runs_db_list(db, experiment, 1u << RUN_CANCELLED, &v, &nv, err);
+    for (size_t i = 0; !rc && i < nv; i++) {
+        run_transition t = { .note = SWEEP_NOTE_REOPENED };
+        if (!(rc = runs_db_transition(db, v[i].run_id, RUN_REQUEUED, &t, err)))
+            done++;
+    }
+    runs_db_list_free(v, nv);
+    if (n)
+        *n = done;
     return rc;
 }
 
@@ -1007,18 +1057,51 @@ int sweep_experiment_dir(hearth_db *db, const char *experiment, const char *runs
     return 0;
 }
 
-static pid_t read_pid(int fd)
+/* The runner's record in its lock file: "PID HOST\n".  *o->pid is 0 when the file says
+ * nothing usable: a runner that has just created the file and not yet written it. */
+static void read_owner(int fd, sweep_lock_owner *o)
 {
-    char buf[32];
+    char buf[320];
+    memset(o, 0, sizeof *o);
     ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
     if (n <= 0)
-        return 0;
+        return;
     buf[n] = 0;
-    return (pid_t)atoi(buf);
+    int pid = 0;
+    char host[sizeof o->host];
+    host[0] = 0;
+    if (sscanf(buf, "%d %255s", &pid, host) < 1 || pid <= 0)
+        return;
+    o->pid = (pid_t)pid;
+    snprintf(o->host, sizeof o->host, "%s", host);
 }
 
-int sweep_lock_acquire(const char *exp_dir, int wait, FILE *msg, int *fd, pid_t *holder,
-                       hearth_err *err)
+/* Whether the recorded owner can be the process holding the lock.  A record of this host
+ * whose pid is gone is stale: the lock is held by a process that records nothing (a
+ * `hearth wait` or `hearth status` looking, which holds it for an instant), or by a runner
+ * that has not written its record yet. */
+static int owner_plausible(const sweep_lock_owner *o)
+{
+    if (o->pid <= 0)
+        return 0;
+    char me[sizeof o->host];
+    if (o->host[0] && (gethostname(me, sizeof me) || strncmp(me, o->host, sizeof me) != 0))
+        return 1;   /* another host's process: cannot be checked from here */
+    return !(kill(o->pid, 0) && errno == ESRCH);
+}
+
+void sweep_lock_owner_format(const sweep_lock_owner *o, char *buf, size_t size)
+{
+    if (o->pid <= 0)
+        snprintf(buf, size, "pid unknown");
+    else if (o->host[0])
+        snprintf(buf, size, "pid %d on %s", (int)o->pid, o->host);
+    else
+        snprintf(buf, size, "pid %d", (int)o->pid);
+}
+
+int sweep_lock_acquire(const char *exp_dir, int wait, FILE *msg, int *fd,
+                       sweep_lock_owner *holder, hearth_err *err)
 {
     char path[4200];
     int rc = rundir_mkdirs(exp_dir, err);
@@ -1029,33 +1112,58 @@ int sweep_lock_acquire(const char *exp_dir, int wait, FILE *msg, int *fd, pid_t 
     int lfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (lfd < 0)
         return herr_set(err, HERR_IO, "%s: %s", path, strerror(errno));
-    int said = 0;
+    sweep_lock_owner said;   /* the holder last named on msg */
+    memset(&said, 0, sizeof said);
+    int tries = 0, said_unknown = 0;
     while (flock(lfd, LOCK_EX | LOCK_NB)) {
         if (errno != EWOULDBLOCK && errno != EINTR) {
             int e = errno;
             close(lfd);
             return herr_set(err, HERR_IO, "%s: flock: %s", path, strerror(e));
         }
-        pid_t other = read_pid(lfd);
-        if (holder)
-            *holder = other;
-        if (!wait) {
+        sweep_lock_owner other;
+        read_owner(lfd, &other);
+        int known = owner_plausible(&other);
+        if (!known)
+            other.pid = 0;
+        /* Without `wait` the holder is asked for again while its record is not there yet
+         * (it is written right after the lock is taken): about a second at most. */
+        if (!wait && (known || ++tries > 50)) {
+            if (holder)
+                *holder = other;
             close(lfd);
             return 1;
         }
-        if (msg && !said) {
-            fprintf(msg, "hearth: another runner (pid %d) is working on this experiment; "
-                    "waiting for it to finish\n", (int)other);
+        if (holder)
+            *holder = other;
+        /* Said when the holder is known and another than last said; a holder that never
+         * records itself (not a hearth runner) is said once, after a few seconds. */
+        if (wait && msg && known && (other.pid != said.pid || strcmp(other.host, said.host))) {
+            char who[320];
+            sweep_lock_owner_format(&other, who, sizeof who);
+            fprintf(msg, "hearth: another runner (%s) is working on this experiment; "
+                    "waiting for it to finish\n", who);
             fflush(msg);
-            said = 1;
+            said = other;
+        } else if (wait && msg && !known && !said.pid && !said_unknown && ++tries > 25) {
+            fprintf(msg, "hearth: another process holds %s (it recorded no pid); waiting "
+                    "for it to let go\n", path);
+            fflush(msg);
+            said_unknown = 1;
         }
-        struct timespec ts = { 0, 200 * 1000000L };
+        struct timespec ts = { 0, (wait ? 200 : 20) * 1000000L };
         nanosleep(&ts, NULL);
     }
-    char line[32];
-    int len = snprintf(line, sizeof line, "%d\n", (int)getpid());
-    if (ftruncate(lfd, 0) || pwrite(lfd, line, (size_t)len, 0) != len) {
-        /* the pid is only informational */
+    /* Written over the old record, then cut to length: the file is never empty in
+     * between, so that a runner asking who holds the lock never reads nothing. */
+    char host[256] = "";
+    if (gethostname(host, sizeof host) || strpbrk(host, " \n"))
+        host[0] = 0;
+    host[sizeof host - 1] = 0;
+    char line[320];
+    int len = snprintf(line, sizeof line, "%d%s%s\n", (int)getpid(), host[0] ? " " : "", host);
+    if (pwrite(lfd, line, (size_t)len, 0) != len || ftruncate(lfd, len)) {
+        /* the record is only informational */
     }
     *fd = lfd;
     return 0;
@@ -1067,7 +1175,7 @@ void sweep_lock_release(int fd)
         close(fd);
 }
 
-int sweep_lock_held(const char *exp_dir, pid_t *pid)
+int sweep_lock_held(const char *exp_dir, sweep_lock_owner *owner)
 {
     char path[4200];
     if (rundir_path(path, sizeof path, exp_dir, "runner.lock", NULL))
@@ -1078,8 +1186,11 @@ int sweep_lock_held(const char *exp_dir, pid_t *pid)
     int held = 0;
     if (flock(fd, LOCK_SH | LOCK_NB)) {
         held = errno == EWOULDBLOCK;
-        if (held && pid)
-            *pid = read_pid(fd);
+        if (held && owner) {
+            read_owner(fd, owner);
+            if (!owner_plausible(owner))
+                owner->pid = 0;
+        }
     } else {
         flock(fd, LOCK_UN);
     }

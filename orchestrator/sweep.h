@@ -29,8 +29,17 @@
  * picked up when the queue runs dry.
  *
  * One runner per experiment: sweep_lock_acquire takes RUNS_DIR/EXP/runner.lock (flock, so a
- * killed runner releases it), and `hearth wait` uses it to tell a live sweep from an
- * abandoned one. */
+ * killed runner releases it; the file records "PID HOST" of the holder, for messages), and
+ * `hearth wait` uses it to tell a live sweep from an abandoned one.
+ *
+ * Interrupted (opts.stop set: the runner got SIGINT, SIGTERM or SIGHUP): no run is started,
+ * running jobs are cancelled, and a run whose job ended by that cancel is *interrupted*: it
+ * goes running -> requeued (note SWEEP_NOTE_INTERRUPTED), not cancelled, so that the next
+ * runner (`hearth resume`) continues it, from its checkpoint when it left one (the
+ * trainer writes one on SIGTERM; the job script passes --resume).  An interruption is not
+ * a failure: it uses up none of the run's retries.  Runs cancelled on purpose (`hearth
+ * cancel`) stay cancelled; sweep_reopen_cancelled brings them back for `hearth resume
+ * --include-cancelled`. */
 #ifndef HEARTH_SWEEP_H
 #define HEARTH_SWEEP_H
 
@@ -60,12 +69,25 @@ typedef struct {
     long vanished;                   /* found failed by reconcile ("job process vanished"):
                                         their points got new runs, so they are not counted
                                         in `failed` */
+    long interrupted;                /* requeued because the sweep was stopped: the next
+                                        runner continues them (not in `pending`) */
     long retried;                    /* further attempts started */
     long replaced;                   /* vanished runs given a new run */
 } sweep_result;
 
 int sweep_run(hearth_db *db, backend *b, const sweep_opts *o, sweep_result *res,
               hearth_err *err);
+
+/* The history notes of attempts that ended without failing, so that they use up no retry:
+ * a run interrupted with its runner, and a cancelled run reopened by `hearth resume
+ * --include-cancelled`. */
+#define SWEEP_NOTE_INTERRUPTED "interrupted: its runner was stopped by a signal"
+#define SWEEP_NOTE_REOPENED "reopened by hearth resume --include-cancelled"
+
+/* Moves every cancelled run of `experiment` back to requeued, so that the next sweep
+ * runs it again (from its checkpoint when it has one).  *n (may be NULL) receives how
+ * many. */
+int sweep_reopen_cancelled(hearth_db *db, const char *experiment, long *n, hearth_err *err);
 
 /* Creates one new run of an experiment: the database row (pending) and its run directory
  * RUNS_EXP_DIR/<run-id>/ with run.yaml, job.json and job.sh (template text `tmpl`), all in
@@ -85,14 +107,26 @@ int sweep_load_template(const char *backend_name, char *name, size_t name_size, 
 int sweep_experiment_dir(hearth_db *db, const char *experiment, const char *runs_dir,
                          char *buf, size_t size, hearth_err *err);
 
-/* Takes the experiment's runner lock in `exp_dir` (created when missing).  Returns 0 with
- * *fd set, or 1 when another runner holds it and !wait (*holder = its pid when known);
- * with `wait`, blocks until it is free, saying so once on `msg` (may be NULL). */
-int sweep_lock_acquire(const char *exp_dir, int wait, FILE *msg, int *fd, pid_t *holder,
-                       hearth_err *err);
+/* Who holds a runner lock, as the runner recorded it in the lock file ("PID HOST").
+ * pid is 0 when unknown: the holder recorded nothing (yet), or the record is stale. */
+typedef struct {
+    pid_t pid;
+    char host[256];   /* "" when not recorded */
+} sweep_lock_owner;
+
+/* "pid N on HOST", "pid N" or "pid unknown", into buf. */
+void sweep_lock_owner_format(const sweep_lock_owner *o, char *buf, size_t size);
+
+/* Takes the experiment's runner lock in `exp_dir` (created when missing) and records this
+ * process in it (pid and host name).  Returns 0 with *fd set, or 1 when another process
+ * holds it and !wait (*holder, may be NULL, says who when known); with `wait`, blocks
+ * until it is free, naming the holder on `msg` (may be NULL) once it is known, and again
+ * when another runner takes over meanwhile. */
+int sweep_lock_acquire(const char *exp_dir, int wait, FILE *msg, int *fd,
+                       sweep_lock_owner *holder, hearth_err *err);
 void sweep_lock_release(int fd);
-/* 1 when a runner holds the lock (*pid its pid when known), 0 when none does. */
-int sweep_lock_held(const char *exp_dir, pid_t *pid);
+/* 1 when a runner holds the lock (*owner, may be NULL, who when known), 0 when none does. */
+int sweep_lock_held(const char *exp_dir, sweep_lock_owner *owner);
 
 /* An experiment's points (config hashes) that have no completed run (*missing), and its
  * runs (*runs).  An experiment ended ok when it has runs and no point is missing. */

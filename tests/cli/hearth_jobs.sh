@@ -164,13 +164,13 @@ int_rc=$?
 rm -f slow
 int_ok() {
     [ "$int_rc" = 1 ] || { echo "exit $int_rc"; return 1; }
-    [ "$(sql "select state from runs where run_id = 'interrupted-1'")" = cancelled ] &&
+    [ "$(sql "select state from runs where run_id = 'interrupted-1'")" = requeued ] &&
         [ "$(sql "select count(*) from runs where run_id like 'interrupted-%' and state = 'pending'")" = 2 ] &&
         flock -n runs/interrupted/interrupted-1/job.lock true
 }
-tap_check "SIGINT: running job cancelled, pending runs stay pending" int_ok
+tap_check "SIGINT: running job stopped, its run requeued (interrupted, not cancelled), pending runs stay pending" int_ok
 run_h intres resume interrupted
-tap_check "resume finishes the interrupted sweep" bash -c "[ \"\$(cat '$T/intres.rc')\" = 0 ] && [ \"\$(sqlite3 -cmd '.timeout 10000' '$T/h.db' \"select count(*) from runs where run_id like 'interrupted-%' and state = 'completed'\")\" = 2 ]"
+tap_check "resume finishes the interrupted sweep, the interrupted run included" bash -c "[ \"\$(cat '$T/intres.rc')\" = 0 ] && [ \"\$(sqlite3 -cmd '.timeout 10000' '$T/h.db' \"select count(*) from runs where run_id like 'interrupted-%' and state = 'completed'\")\" = 3 ]"
 
 # ---- after: waits for another experiment; on: ok refuses after a failure ----
 cat >a.yaml <<EOF

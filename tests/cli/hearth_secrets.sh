@@ -7,7 +7,8 @@
 # environment), no file under runs/ (job scripts, logs, the trainer's environment, the
 # runner's log), not in the database and not in anything hearth printed.  Token files are
 # read only with mode 0600 or stricter; a refused file or a wrong token gives an error that
-# does not show the token.  (tests/cli/hearth_slurmrest.sh does the same against a real
+# does not show the token but says what failed: authentication (401) or permission (403),
+# with the URL and where the token came from.  (tests/cli/hearth_slurmrest.sh does the same against a real
 # slurmrestd.)
 set -u
 cd "$(dirname "$0")/../.."
@@ -22,8 +23,9 @@ tap_plan 9
 
 TOKEN=$(head -c 30 /dev/urandom | base64 | tr -d '/+=' | head -c 40)
 OTHER=$(head -c 30 /dev/urandom | base64 | tr -d '/+=' | head -c 40)
+DENIED=$(head -c 30 /dev/urandom | base64 | tr -d '/+=' | head -c 40)
 # Only the stand-in knows the token from its environment (hearth passes its own on to jobs).
-MOCK_TOKEN=$TOKEN python3 "$ROOT/tests/cli/mock_slurmrestd.py" "$T/mock.port" "$T/mock.log" 2>"$T/mock.err" &
+MOCK_TOKEN=$TOKEN MOCK_FORBIDDEN_TOKEN=$DENIED python3 "$ROOT/tests/cli/mock_slurmrestd.py" "$T/mock.port" "$T/mock.log" 2>"$T/mock.err" &
 MOCK_PID=$!
 trap 'kill "$MOCK_PID" 2>/dev/null; wait "$MOCK_PID" 2>/dev/null; hearth_cleanup' EXIT
 wait_for 20 test -s "$T/mock.port" || { echo "1..1"; echo "not ok 1 - the slurmrestd stand-in started"; cat mock.err; exit 1; }
@@ -137,11 +139,30 @@ wrong_ok() {
     run_h w1 submit w.yaml --backend slurmrest --rest-url "$URL" --rest-token-file "$T/wrong"
     SLURM_JWT=$OTHER run_h w2 submit w.yaml --backend slurmrest --rest-url "$URL"
     [ "$(cat w1.rc)" != 0 ] && [ "$(cat w2.rc)" != 0 ] || { echo "a wrong token was accepted"; return 1; }
-    grep -q 'token valid' w1.err || { cat w1.err; return 1; }
+    grep -q "authentication failed (HTTP 401 from $URL).*token from file $T/wrong .*valid and unexpired" w1.err ||
+        { cat w1.err; return 1; }
+    grep -q "authentication failed (HTTP 401 from $URL).*token from \$SLURM_JWT " w2.err ||
+        { cat w2.err; return 1; }
+    ! grep -q 'none of the API versions' w1.err w2.err || return 1
     ! grep -F -e "$OTHER" -e "$TOKEN" w1.out w1.err w2.out w2.err || return 1
     ! grep -rlF -e "$OTHER" runs || return 1
 }
-tap_check "a wrong token: refused by the server, the error shows no token" wrong_ok
+tap_check "a wrong token (file, SLURM_JWT): HTTP 401 said as an authentication failure naming the URL and the token's source, not the token" wrong_ok
+
+# A token the server knows, of a user that may do nothing: permission denied, not a bad token.
+denied_ok() {
+    ( umask 077; echo "$DENIED" >denied )
+    spec sec-denied 1 >dn.yaml
+    run_h dn1 submit dn.yaml --backend slurmrest --rest-url "$URL" --rest-token-file "$T/denied"
+    SLURM_JWT=$DENIED run_h dn2 submit dn.yaml --backend slurmrest --rest-url "$URL"
+    [ "$(cat dn1.rc)" != 0 ] && [ "$(cat dn2.rc)" != 0 ] || { echo "a denied user's sweep ran"; return 1; }
+    grep -q "permission denied (HTTP 403 from $URL).*Access denied.*token from file $T/denied" dn1.err ||
+        { cat dn1.err; return 1; }
+    grep -q "permission denied (HTTP 403 from $URL).*token from \$SLURM_JWT" dn2.err || { cat dn2.err; return 1; }
+    ! grep -q 'authentication failed' dn1.err dn2.err || return 1
+    ! grep -F -e "$DENIED" dn1.out dn1.err dn2.out dn2.err || return 1
+}
+tap_check "a token whose user may not submit: HTTP 403 said as permission denied, with the URL and the token's source, not the token" denied_ok
 
 # No token at all; a bad one in SLURM_JWT.
 notoken_ok() {

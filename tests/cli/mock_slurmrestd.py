@@ -3,7 +3,9 @@
 REST API for hearth's slurmrest backend (openapi, job/submit, jobs, job/ID, DELETE job/ID),
 running each job's script locally as Slurm would (its environment, working directory and
 output files).  Every request must carry X-SLURM-USER-TOKEN equal to $MOCK_TOKEN (else 401,
-as slurmrestd refuses a bad token).  Each request is logged to LOG as one JSON line
+as slurmrestd refuses a bad token), except that $MOCK_FORBIDDEN_TOKEN, when set, is a token
+the stand-in knows but whose user may do nothing (403, as slurmrestd answers an
+unauthorised user).  Each request is logged to LOG as one JSON line
 (method, path, headers, body) so that a test can see what left hearth.
 
 usage: mock_slurmrestd.py PORT_FILE LOG   (listens on 127.0.0.1, a free port written to
@@ -19,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 API = "/slurm/v0.0.38"
 TOKEN = os.environ["MOCK_TOKEN"]
+FORBIDDEN = os.environ.get("MOCK_FORBIDDEN_TOKEN")
 LOCK = threading.Lock()
 JOBS = {}            # id -> {"proc", "name", "comment", "cancelled"}
 NEXT_ID = [100]
@@ -56,6 +59,8 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK, open(sys.argv[2], "a") as log:
             log.write(json.dumps({"method": method, "path": self.path,
                                   "headers": dict(self.headers), "body": body}) + "\n")
+        if FORBIDDEN and self.headers.get("X-SLURM-USER-TOKEN") == FORBIDDEN:
+            return self.reply(403, {"errors": [{"error": "Access denied"}]})
         if self.headers.get("X-SLURM-USER-TOKEN") != TOKEN:
             return self.reply(401, {"errors": [{"error": "Authentication failure"}]})
         if method == "GET" and self.path == "/openapi":

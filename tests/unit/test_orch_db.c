@@ -281,6 +281,7 @@ static const char *const legal[] = {
     "running completed", "running failed", "running cancelled", "running timeout",
     "running requeued",
     "requeued submitted", "requeued cancelled", "requeued failed",
+    "cancelled requeued",   /* hearth resume --include-cancelled only */
 };
 static const char *const state_names[] = {"pending", "submitted", "running", "requeued",
                                           "completed", "failed", "cancelled", "timeout"};

@@ -367,7 +367,7 @@ int rundir_config_read(const char *run_dir, const char *hash, char **json, heart
     *json = NULL;
     int rc = rundir_path(path, sizeof path, run_dir, "run.yaml", err);
     if (!rc)
-        rc = render_read_file(path, &yaml, NULL, err);
+        rc = file_read_bounded(path, FILE_READ_MAX_TEXT, &yaml, NULL, err);
     if (rc)
         return rc;
     run_config c;

@@ -54,12 +54,15 @@ static int ingest_experiment(hearth_db *db, const rebuild_dirs *d, size_t from,
     const char *slash = strrchr(d->v[from].dir, '/');
     snprintf(exp_dir, sizeof exp_dir, "%.*s", (int)(slash - d->v[from].dir), d->v[from].dir);
     int lock = -1;
-    pid_t holder = 0;
+    sweep_lock_owner holder;
+    memset(&holder, 0, sizeof holder);
     int rc = sweep_lock_acquire(exp_dir, 0, NULL, &lock, &holder, err);
     if (rc == 1) {
-        fprintf(stderr, "hearth ingest: %s: a runner (pid %d) is working on this experiment "
+        char who[320];
+        sweep_lock_owner_format(&holder, who, sizeof who);
+        fprintf(stderr, "hearth ingest: %s: a runner (%s) is working on this experiment "
                 "and records its runs itself; its run directories (%zu) are left alone\n", exp,
-                (int)holder, to - from);
+                who, to - from);
         t->failed += (long)(to - from);
         return 0;
     }

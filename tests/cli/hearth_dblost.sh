@@ -106,7 +106,7 @@ rm -f hold
 run_h bwait wait busy
 busy_ok() {
     rc_is ing3 1 || return 1
-    grep -q 'busy: a runner (pid [0-9]*) is working on this experiment' ing3.err || { cat ing3.err; return 1; }
+    grep -q 'busy: a runner (pid [0-9]* on [^)]*) is working on this experiment' ing3.err || { cat ing3.err; return 1; }
     rc_is bwait 0
 }
 tap_check "ingest while the experiment's runner works: left alone, exit 1, says why" busy_ok

@@ -318,8 +318,11 @@ install: all
 # The README's first command: installs the Debian packages that are missing, builds, sweeps
 # contrib/examples/demo.yaml (learning rate x seed) and demo-layouts.yaml (tp x pp x encoder
 # strategy on 4 ranks) through the local backend (2 jobs at once) into a database of its
-# own, and prints the best runs of each.  Running it again reruns nothing (completed points
-# are skipped) and prints the table again.
+# own, and prints the best runs of each: the learning rates by final loss (what a learning
+# rate changes), the layouts by tokens/s (they train the same model to the same loss).
+# It ends by saying where the database is and what to run next, since the database is not
+# the default ./hearth.db.  Running it again reruns nothing (completed points are skipped)
+# and prints the tables again.
 DEMO_DIR ?= $(BUILD)/demo
 .PHONY: demo
 demo:
@@ -327,11 +330,18 @@ demo:
 	$(MAKE) all
 	@mkdir -p $(DEMO_DIR)
 	@status=0; \
-	for spec in demo demo-layouts; do \
-	    $(ORCH_BIN) submit contrib/examples/$$spec.yaml --backend local --jobs 2 \
+	for spec in demo:final_loss demo-layouts:tokens_per_s; do \
+	    $(ORCH_BIN) submit contrib/examples/$${spec%%:*}.yaml --backend local --jobs 2 \
 	        --db $(DEMO_DIR)/hearth.db --runs-dir $(DEMO_DIR)/runs || status=$$?; \
-	    $(ORCH_BIN) top $$spec --db $(DEMO_DIR)/hearth.db || status=$$?; \
+	    $(ORCH_BIN) top $${spec%%:*} --by $${spec##*:} --db $(DEMO_DIR)/hearth.db || status=$$?; \
 	done; \
+	echo; \
+	echo "results in $(DEMO_DIR)/hearth.db (runs in $(DEMO_DIR)/runs); try:"; \
+	echo "  export HEARTH_DB=$(DEMO_DIR)/hearth.db    # or --db $(DEMO_DIR)/hearth.db on each command"; \
+	echo "  $(ORCH_BIN) status demo"; \
+	echo "  $(ORCH_BIN) top demo --by final_loss"; \
+	echo "  $(ORCH_BIN) show demo-1"; \
+	echo "  $(ORCH_BIN) report demo --html demo.html"; \
 	exit $$status
 
 clean:

@@ -9,9 +9,14 @@
 
 #include "cli.h"
 #include "cmd.h"
+#include "shape/fields.h"
 #include "version.h"
 
 #define FORMAT_HELP "output format: table, csv or json (default table)"
+#define SET_HELP "override a key of the spec, VALUE in YAML (a scalar or a flow list): a " \
+    "base run-config key (train.lr=1e-3 or base.train.lr=1e-3), resources.KEY, " \
+    "matrix.KEY=[a,b], or a top-level key (name, repeat, where, ...); repeatable, the " \
+    "last one of a key wins"
 
 const hcli_opt hcli_global_opts[] = {
     { "db", 0, "FILE", NULL, "results database (default $HEARTH_DB, else the config file's "
@@ -23,12 +28,15 @@ const hcli_opt hcli_global_opts[] = {
 };
 
 static const hcli_opt plan_opts[] = {
+    { "set", 0, "KEY=VALUE", NULL, SET_HELP },
     { "format", 0, "FMT", "table|json", "output format: table or json (default table)" },
     { "force", 0, NULL, NULL, "plan points again even when their runs already completed" },
     { NULL, 0, NULL, NULL, NULL },
 };
 
 static const hcli_opt submit_opts[] = {
+    { "set", 0, "KEY=VALUE", NULL, SET_HELP " (the experiment records the spec with the "
+      "overrides applied)" },
     { "backend", 0, "NAME", "local|slurm|slurmrest", "where jobs run (default $HEARTH_BACKEND, "
       "else the config file's backend, else local)" },
     { "rest-url", 0, "URL", NULL, "slurmrest: slurmrestd's address, http://HOST:PORT or "
@@ -209,10 +217,13 @@ const hcli_cmd hcli_commands[] = {
       "Defaults come from the command line, else the environment, else the config file "
       "($XDG_CONFIG_HOME/hearth/config.yaml, else ~/.config/hearth/config.yaml), else "
       "built-in values (docs/hearth-config.md).", status_opts, cmd_config },
-    { "completion", "bash|zsh", 1, 1, "print the shell completion script",
+    { "completion", "bash|zsh|experiments|runs", 1, 1, "print the shell completion script",
       "Generated from the same command table as the parser: `hearth completion bash > "
       "/usr/share/bash-completion/completions/hearth`, or `source <(hearth completion "
-      "bash)`; for zsh, save it as _hearth in a directory of $fpath.", no_opts,
+      "bash)`; for zsh, save it as _hearth in a directory of $fpath.  The scripts complete "
+      "EXP and RUN arguments with the names in the database (`hearth completion "
+      "experiments|runs` prints them, one a line; the --db of the command line being "
+      "completed is used).", no_opts,
       cmd_completion },
     { "man", "hearth|hearth-train|hearth-spec", 1, 1, "print a manual page (roff)",
       "hearth(1) from the command table, hearth-train(1) from `hearth-train --help`, "
@@ -344,6 +355,22 @@ static int usage_error(const char *cmd, const char *fmt, const char *a, const ch
     return HCLI_EXIT_USAGE;
 }
 
+/* "unknown command 'stauts' (did you mean 'status'?)": the same suggestion as for a
+ * misspelt spec or config key (shape/fields.h). */
+static int unknown_command(const char *name)
+{
+    field_suggestion sg;
+    field_suggest_init(&sg);
+    for (const hcli_cmd *c = hcli_commands; c->name; c++)
+        field_suggest_add(&sg, name, c->name);
+    field_suggest_add(&sg, name, "help");
+    const char *best = field_suggest_result(&sg, name);
+    char hint[200] = "";
+    if (best)
+        snprintf(hint, sizeof hint, " (did you mean '%s'?)", best);
+    return usage_error(NULL, "unknown command '%s'%s", name, hint);
+}
+
 /* Global options live in gvals[], the command's in vals[]. */
 typedef struct {
     const hcli_cmd *cmd;
@@ -351,6 +378,9 @@ typedef struct {
     const char *gvals[8];
     char **pos;
     int npos;
+    int *occ_opt;             /* every command option given, in order: its index ... */
+    const char **occ_val;     /* ... and value (repeatable options such as --set) */
+    int n_occ;
 } parsed;
 
 /* Handles one option argument at argv[*i]; returns 0 or an exit code. */
@@ -391,6 +421,10 @@ static int parse_option(parsed *p, int argc, char **argv, int *i)
             return usage_error(cmdname, "%s: expected one of %s", opt, o->choices);
         }
         stores[t][k] = val;
+        if (t == 0) {
+            p->occ_opt[p->n_occ] = k;
+            p->occ_val[p->n_occ++] = val;
+        }
         return 0;
     }
     char shown[128];
@@ -403,10 +437,15 @@ int hcli_main(int argc, char **argv)
 {
     parsed p = { 0 };
     p.pos = calloc((size_t)argc + 1, sizeof *p.pos);
+    p.occ_opt = calloc((size_t)argc + 1, sizeof *p.occ_opt);
+    p.occ_val = calloc((size_t)argc + 1, sizeof *p.occ_val);
     const char **vals = NULL;
     int rc = 0, no_more_opts = 0, want_help = 0;
-    if (!p.pos) {
+    if (!p.pos || !p.occ_opt || !p.occ_val) {
         fprintf(stderr, "hearth: out of memory\n");
+        free(p.pos);
+        free(p.occ_opt);
+        free(p.occ_val);
         return HCLI_EXIT_FAILED;
     }
     for (int i = 1; i < argc && !rc; i++) {
@@ -420,6 +459,8 @@ int hcli_main(int argc, char **argv)
                 printf("hearth %s%s%s%s\n", version_release(), git ? " (" : "", git ? git : "",
                        git ? ")" : "");
                 free(p.pos);
+                free(p.occ_opt);
+                free(p.occ_val);
                 return HCLI_EXIT_OK;
             }
             rc = parse_option(&p, argc, argv, &i);
@@ -432,7 +473,7 @@ int hcli_main(int argc, char **argv)
             }
             p.cmd = hcli_find(a);
             if (!p.cmd)
-                rc = usage_error(NULL, "unknown command '%s'%s", a, "");
+                rc = unknown_command(a);
             else if (!(vals = calloc((size_t)n_opts(p.cmd->opts) + 1, sizeof *vals)))
                 rc = HCLI_EXIT_FAILED;
             p.vals = vals;
@@ -460,6 +501,9 @@ int hcli_main(int argc, char **argv)
         c.argc = p.npos;
         c.argv = p.pos;
         c.values = vals;
+        c.occ_opt = p.occ_opt;
+        c.occ_val = p.occ_val;
+        c.n_occ = p.n_occ;
         /* Defaults: command line > environment > config file > built-in (user_config.h). */
         ucfg cfg;
         hearth_err err = { { 0 } };
@@ -486,6 +530,8 @@ int hcli_main(int argc, char **argv)
     }
     free(vals);
     free(p.pos);
+    free(p.occ_opt);
+    free(p.occ_val);
     return rc;
 }
 
@@ -493,6 +539,23 @@ const char *hcli_get(const hcli_ctx *c, const char *name)
 {
     int k = opt_index(c->cmd->opts, name, strlen(name), 0);
     return k < 0 ? NULL : c->values[k];
+}
+
+int hcli_count(const hcli_ctx *c, const char *name)
+{
+    int k = opt_index(c->cmd->opts, name, strlen(name), 0), n = 0;
+    for (int i = 0; k >= 0 && i < c->n_occ; i++)
+        n += c->occ_opt[i] == k;
+    return n;
+}
+
+const char *hcli_get_nth(const hcli_ctx *c, const char *name, int nth)
+{
+    int k = opt_index(c->cmd->opts, name, strlen(name), 0);
+    for (int i = 0; k >= 0 && i < c->n_occ; i++)
+        if (c->occ_opt[i] == k && nth-- == 0)
+            return c->occ_val[i];
+    return NULL;
 }
 
 int hcli_flag(const hcli_ctx *c, const char *name)

@@ -59,6 +59,10 @@ struct hcli_ctx {
     const ucfg *cfg;          /* the effective defaults (user_config.h) */
     /* private: per option of cmd->opts, its last value ("" for a flag) or NULL */
     const char **values;
+    /* private: every option of cmd->opts given, in command-line order (hcli_get_nth) */
+    const int *occ_opt;
+    const char *const *occ_val;
+    int n_occ;
 };
 
 /* Parses argv (argv[0] is the program) and runs the command; returns the exit code. */
@@ -66,6 +70,10 @@ int hcli_main(int argc, char **argv);
 
 /* The value of option `name` of the running command, or NULL when not given. */
 const char *hcli_get(const hcli_ctx *c, const char *name);
+/* How many times option `name` was given, and its nth value (0-based) in command-line
+ * order, or NULL: a repeatable option (--set) reads every value, the others the last. */
+int hcli_count(const hcli_ctx *c, const char *name);
+const char *hcli_get_nth(const hcli_ctx *c, const char *name, int nth);
 /* Whether flag `name` was given. */
 int hcli_flag(const hcli_ctx *c, const char *name);
 /* Option `name` as an integer >= min (def when not given); HERR_CONFIG otherwise. */

@@ -301,6 +301,14 @@ int cli_doc_man_spec(FILE *out, hearth_err *err)
     fprintf(out, ".SS \"Model keys\"\n");
     t = model_fields(&n);
     field_list(out, t, n, "model.");
+    fprintf(out, ".SH OVERRIDES\n\\fBhearth plan\\fR and \\fBhearth submit\\fR take "
+                 "\\fB\\-\\-set\\fR \\fIKEY\\fR=\\fIVALUE\\fR (repeatable, the last of a "
+                 "key wins): \\fIKEY\\fR is a top\\-level key, \\fBbase.\\fIKEY\\fR or a bare "
+                 "run\\-config key (a base key), \\fBresources.\\fIKEY\\fR, "
+                 "\\fBmatrix.\\fIKEY\\fR or \\fBafter.\\fIKEY\\fR; \\fIVALUE\\fR is YAML "
+                 "(\\fBmatrix.train.lr=[1e\\-3,3e\\-3]\\fR).  An override is checked like the "
+                 "line it replaces; its errors name \\fB\\-\\-set\\fR \\fIKEY\\fR instead of "
+                 "a line.  \\fBsubmit\\fR records the spec with the overrides applied.\n");
     fprintf(out, ".SH SEE ALSO\n\\fBhearth\\fR(1), \\fBhearth\\-train\\fR(1)\n");
     return finish(out, "the manual page", err);
 }

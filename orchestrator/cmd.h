@@ -38,6 +38,10 @@ typedef struct {
 } cmd_run_opts;
 int cmd_run_sweep(hcli_ctx *c, const cmd_run_opts *ro);
 
+/* Reads the spec named by the command's argument with its --set overrides (spec.h). */
+struct spec;
+int cmd_load_spec(hcli_ctx *c, struct spec **s, hearth_err *err);
+
 /* Opens the command's database (creating it when `create`; else a missing file is an
  * error naming it, exit 2).  Returns 0, or the exit code after printing the error. */
 int cmd_open_db(hcli_ctx *c, int create, hearth_db **db);

@@ -1,19 +1,47 @@
 /* cmd_doc.c - `hearth completion bash|zsh` and `hearth man PAGE`: the generated shell
- * completion and manual pages (cli_doc.h) on stdout. */
+ * completion and manual pages (cli_doc.h) on stdout; `hearth completion experiments|runs`:
+ * the names those scripts complete. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "cli_doc.h"
 #include "cmd.h"
 #include "render.h"
+#include "runs_db.h"
 #include "strbuf.h"
+
+static void print_name(void *ctx, const char *name)
+{
+    fprintf(ctx, "%s\n", name);
+}
+
+/* `completion experiments|runs`: the names the completion scripts offer for EXP and RUN
+ * arguments, one a line.  Without a database there are none, and no error: a shell
+ * completing a word must not print one. */
+static int completion_names(hcli_ctx *c, int runs)
+{
+    hearth_err err = { { 0 } };
+    hearth_db *db = NULL;
+    if (access(c->db_path, F_OK) != 0)
+        return HCLI_EXIT_OK;
+    int rc = db_open(c->db_path, &db, &err);
+    if (!rc)
+        rc = runs_db_names(db, runs, print_name, stdout, &err);
+    db_close(db);
+    if (!rc && fflush(stdout))
+        rc = herr_set(&err, HERR_IO, "writing the names failed");
+    return rc ? hcli_fail(c, rc, &err) : HCLI_EXIT_OK;
+}
 
 int cmd_completion(hcli_ctx *c)
 {
     hearth_err err = { { 0 } };
+    if (strcmp(c->argv[0], "experiments") == 0 || strcmp(c->argv[0], "runs") == 0)
+        return completion_names(c, strcmp(c->argv[0], "runs") == 0);
     int rc = cli_doc_completion(c->argv[0], stdout, &err);
     return rc ? hcli_fail(c, rc, &err) : HCLI_EXIT_OK;
 }

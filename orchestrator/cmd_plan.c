@@ -2,6 +2,7 @@
  * deduplicated against the experiment's completed runs when the database exists. */
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -27,11 +28,24 @@ static int completed_in_experiment(void *ctx, const char *hash, int *count, hear
     return rc;
 }
 
+int cmd_load_spec(hcli_ctx *c, spec **s, hearth_err *err)
+{
+    int n = hcli_count(c, "set");
+    const char **sets = calloc((size_t)n + 1, sizeof *sets);
+    if (!sets)
+        return herr_set(err, HERR_NOMEM, "out of memory");
+    for (int i = 0; i < n; i++)
+        sets[i] = hcli_get_nth(c, "set", i);
+    int rc = spec_load_set(s, c->argv[0], sets, n, err);
+    free(sets);
+    return rc;
+}
+
 int cmd_plan(hcli_ctx *c)
 {
     hearth_err err = { { 0 } };
     spec *s = NULL;
-    int rc = spec_load(&s, c->argv[0], &err);
+    int rc = cmd_load_spec(c, &s, &err);
     if (rc)
         return hcli_fail(c, HERR_CONFIG, &err);
     const char *fmt = hcli_get(c, "format");

@@ -17,7 +17,6 @@
 #include "plan.h"
 #include "runs_db.h"
 #include "select_auto.h"
-#include "shape/file_read.h"
 #include "spec.h"
 #include "sweep.h"
 #include "trainer_caps.h"
@@ -281,7 +280,7 @@ int cmd_submit(hcli_ctx *c)
     hearth_err err = { { 0 } };
     spec *s = NULL;
     hearth_db *db = NULL;
-    char *spec_text = NULL, *tmpl = NULL, *spec_real = NULL;
+    char *tmpl = NULL, *spec_real = NULL;
     char runs_dir[PATH_MAX], exp_dir[PATH_MAX], trainer[PATH_MAX], workdir[PATH_MAX];
     char tmpl_name[PATH_MAX];
     long jobs = 0;
@@ -300,7 +299,7 @@ int cmd_submit(hcli_ctx *c)
         setenv("HEARTH_SLURMREST_URL", rest_url, 1);
     if (rest_tok)
         setenv("HEARTH_SLURMREST_TOKEN_FILE", rest_tok, 1);
-    int rc = spec_load(&s, c->argv[0], &err);
+    int rc = cmd_load_spec(c, &s, &err);
     if (rc) {
         rc = HERR_CONFIG;   /* an unreadable spec is a usage error too */
         goto fail;
@@ -323,10 +322,11 @@ int cmd_submit(hcli_ctx *c)
     if (s->after_experiment && db) {
         int64_t id;
         rc = runs_db_experiment_find(db, s->after_experiment, &id, &err);
+        char at[300];
+        spec_position_format(s, s->after_line, s->after_col, at, sizeof at);
         if (rc == 0)
-            rc = herr_set(&err, HERR_CONFIG, "%s:%d:%d: after: experiment %s is not in %s",
-                          s->file, s->after_line, s->after_col, s->after_experiment,
-                          c->db_path);
+            rc = herr_set(&err, HERR_CONFIG, "%s: after: experiment %s is not in %s", at,
+                          s->after_experiment, c->db_path);
         if (rc < 0)
             goto fail;
         rc = 0;
@@ -338,10 +338,10 @@ int cmd_submit(hcli_ctx *c)
         snprintf(exp_dir, sizeof exp_dir, "%.3000s/%s", runs_dir, s->name);
     }
     if (!dry) {
+        /* the spec as planned: with --set overrides, the file with them applied */
         spec_real = realpath(c->argv[0], NULL);
-        if ((rc = file_read_bounded(c->argv[0], FILE_READ_MAX_TEXT, &spec_text, NULL, &err)) ||
-            (rc = runs_db_experiment_upsert(db, s->name, spec_real ? spec_real : c->argv[0],
-                                            spec_text, NULL, &err)) ||
+        if ((rc = runs_db_experiment_upsert(db, s->name, spec_real ? spec_real : c->argv[0],
+                                            s->text, NULL, &err)) ||
             (rc = sweep_load_template(backend_name, tmpl_name, sizeof tmpl_name, &tmpl, &err)))
             goto fail;
     }
@@ -426,7 +426,6 @@ done:
     backend_free(probe);
     db_close(db);
     spec_free(s);
-    free(spec_text);
     free(spec_real);
     free(tmpl);
     return code;

@@ -341,9 +341,11 @@ int expand_next(expand_iter *it, expand_point *pt, hearth_err *err)
             rc = expr_eval_bool(s->where, iter_lookup, it, NULL, &keep, &col, &eerr);
             if (rc) {
                 int line, fcol;
+                char at[300];
                 spec_where_position(s, col, &line, &fcol);
-                return herr_set(err, rc, "%s:%d:%d: where: %s (point %llu)", s->file, line,
-                                fcol, eerr.msg, (unsigned long long)it->cur.candidate + 1);
+                spec_position_format(s, line, fcol, at, sizeof at);
+                return herr_set(err, rc, "%s: where: %s (point %llu)", at, eerr.msg,
+                                (unsigned long long)it->cur.candidate + 1);
             }
             if (!keep) {
                 it->st.filtered++;

@@ -76,8 +76,8 @@ static int make_patches(planner *pl, const char *key, const spec_value *values, 
     *out = p;
     for (int i = 0; i < n; i++) {
         const yaml_tree_node *node = values[i].node;
-        field_src src = { .file = pl->s->file, .line = node->line, .col = node->col };
-        snprintf(src.key, sizeof src.key, "%s", key);
+        field_src src;
+        spec_node_src(pl->s, node, key, &src);
         int rc = run_config_patch_make(&p[i], key, node, &src, err);
         if (rc)
             return rc;

@@ -65,6 +65,24 @@ int runs_db_experiment_upsert(hearth_db *db, const char *name, const char *spec_
     return rc;
 }
 
+int runs_db_names(hearth_db *db, int runs, void (*fn)(void *ctx, const char *name), void *ctx,
+                  hearth_err *err)
+{
+    sqlite3_stmt *st;
+    int rc = db_prepare(db, runs ? "SELECT run_id FROM runs ORDER BY run_id"
+                                 : "SELECT name FROM experiments ORDER BY name", &st, err);
+    if (rc)
+        return rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(st, 0);
+        if (name)
+            fn(ctx, name);
+    }
+    rc = db_rows_end(db, rc, runs ? "listing run ids" : "listing experiments", err);
+    db_stmt_done(st);
+    return rc;
+}
+
 static int hash_ok(const char *h)
 {
     if (!h || strlen(h) != 64)

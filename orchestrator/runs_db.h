@@ -22,6 +22,11 @@ int runs_db_experiment_upsert(hearth_db *db, const char *name, const char *spec_
                               const char *spec_text, int64_t *id, hearth_err *err);
 int runs_db_experiment_find(hearth_db *db, const char *name, int64_t *id, hearth_err *err);
 
+/* Calls fn with every experiment name (runs == 0) or every run id (runs == 1), sorted:
+ * what shell completion offers. */
+int runs_db_names(hearth_db *db, int runs, void (*fn)(void *ctx, const char *name), void *ctx,
+                  hearth_err *err);
+
 /* A new run, recorded as `pending`. */
 typedef struct {
     const char *experiment;   /* name of an existing experiment */

@@ -12,6 +12,8 @@
 #include "shape/file_read.h"
 #include "shape/model_shape.h"
 #include "shape/run_config.h"
+#include "spec_emit.h"
+#include "spec_set.h"
 
 /* A spec sweeping more keys than this is surely a mistake; it also bounds point sizes. */
 #define SPEC_MAX_KEYS 256
@@ -54,7 +56,8 @@ static int in_list(const char *const *list, const char *key)
 static int fail(reader *r, int line, int col, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
-/* "FILE:LINE:COL: KEY: what" */
+/* "FILE:LINE:COL: KEY: what", or "--set KEY: what" where an override wrote the node
+ * (KEY once when the override's key ends with it: "--set matrix.train.lr: expected ..."). */
 static int fail(reader *r, int line, int col, const char *key, const char *fmt, ...)
 {
     char what[768];
@@ -62,6 +65,15 @@ static int fail(reader *r, int line, int col, const char *key, const char *fmt, 
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
+    if (line < 0 && -line <= r->s->n_sets) {
+        const char *sk = r->s->set_keys[-line - 1];
+        size_t ls = strlen(sk), lk = strlen(key);
+        int same = strcmp(sk, key) == 0 ||
+                   (ls > lk && sk[ls - lk - 1] == '.' && strcmp(sk + ls - lk, key) == 0);
+        if (same)
+            return herr_set(r->err, HERR_CONFIG, "--set %s: %s", sk, what);
+        return herr_set(r->err, HERR_CONFIG, "--set %s: %s: %s", sk, key, what);
+    }
     if (line > 0)
         return herr_set(r->err, HERR_CONFIG, "%s:%d:%d: %s: %s", r->s->file, line, col, key,
                         what);
@@ -177,7 +189,7 @@ static int run_key_row(const char *key, int *config_row, int *model_row)
     return *config_row >= 0;
 }
 
-static void suggest_all(field_suggestion *sg, const char *key)
+void spec_key_suggest(field_suggestion *sg, const char *key)
 {
     int n;
     char buf[192];
@@ -210,7 +222,7 @@ int spec_key_known(const char *key, char *hint, size_t hint_size)
     if (hint_size) {
         field_suggestion sg;
         field_suggest_init(&sg);
-        suggest_all(&sg, key);
+        spec_key_suggest(&sg, key);
         const char *best = field_suggest_result(&sg, key);
         if (best)
             snprintf(hint, hint_size, " (did you mean '%s'?)", best);
@@ -455,8 +467,8 @@ static int check_value(reader *r, const char *where, const char *key, const yaml
         return nomem(r);
     }
     field_state_init(st, t, rows, scratch);
-    field_src src = { .file = r->s->file, .line = n->line, .col = n->col };
-    snprintf(src.key, sizeof src.key, "%s", key);
+    field_src src;
+    spec_node_src(r->s, n, key, &src);
     int rc = field_apply(st, row, n, &src, r->err);
     free(st);
     free(scratch);
@@ -667,6 +679,11 @@ static int read_axis(reader *r, const char *where, const yaml_tree_pair *p, spec
     if ((rc = check_key(r, where, p->key, p->line, p->col)))
         return rc;
     const spec_axis *dup = find_swept(r->s, key);
+    if (dup && dup->line < 0) {
+        char at[300];
+        spec_position_format(r->s, dup->line, dup->col, at, sizeof at);
+        return fail(r, p->line, p->col, p->key, "already swept by %s", at);
+    }
     if (dup)
         return fail(r, p->line, p->col, p->key, "already swept at line %d", dup->line);
     if (count_swept(r->s) >= SPEC_MAX_KEYS)
@@ -817,7 +834,7 @@ static void locate_where(reader *r, const yaml_tree_node *n)
     spec *s = r->s;
     s->where_line = n->line;
     s->where_col = n->col;
-    if (!r->text)
+    if (!r->text || n->line <= 0)   /* an override's: no place in the file */
         return;
     size_t off = offset_of(r->text, r->len, n->line, n->col);
     char c = off < r->len ? r->text[off] : '\0';
@@ -848,7 +865,7 @@ void spec_where_position(const spec *s, int expr_col, int *line, int *col)
 {
     *line = s->where_line;
     *col = s->where_col;
-    if (!s->where_src || expr_col < 1)
+    if (!s->where_src || expr_col < 1 || s->where_line <= 0)
         return;
     /* lines of a literal block scalar map one to one onto lines of the file */
     int l = 0, c = 0;
@@ -984,6 +1001,48 @@ static int read_after(reader *r, const yaml_tree_node *map)
     return 0;
 }
 
+/* The base keys that overrides wrote (nodes with negative lines, spec.h) are checked here,
+ * so that a bad one names its --set argument; the file's own base keys are checked by the
+ * shape module when the plan reads the base. */
+static int check_base_sets(reader *r, const yaml_tree_node *map, const char *prefix)
+{
+    int rc;
+    for (int i = 0; map && map->kind == YAML_TREE_MAP && i < map->n_pairs; i++) {
+        const yaml_tree_pair *p = &map->pairs[i];
+        const yaml_tree_node *v = p->value;
+        char key[200];
+        snprintf(key, sizeof key, "%s%s%s", prefix, *prefix ? "." : "", p->key);
+        int cr, mr;
+        if (v->kind == YAML_TREE_MAP && !run_key_row(key, &cr, &mr)) {
+            if ((rc = check_base_sets(r, v, key)))
+                return rc;
+            continue;
+        }
+        if (v->line >= 0)
+            continue;
+        if (spec_key_is_resource(key))
+            return fail(r, v->line, v->col, key, "not a run-config key (resources are set "
+                        "with --set %s)", key);
+        if ((rc = check_key(r, "base", key, v->line, v->col)) ||
+            (rc = check_value(r, NULL, canon_key(key), v)))
+            return rc;
+        if (strcmp(canon_key(key), "model") == 0) {
+            /* a misspelt preset is this override's error, with the name it meant */
+            model_shape *ms = malloc(sizeof *ms);
+            hearth_err perr;
+            if (!ms)
+                return nomem(r);
+            rc = preset_load(ms, v->text, &perr);
+            free(ms);
+            if (rc == HERR_NOMEM)
+                return nomem(r);
+            if (rc)
+                return fail(r, v->line, v->col, key, "%s", perr.msg);
+        }
+    }
+    return 0;
+}
+
 static int read_spec(reader *r)
 {
     spec *s = r->s;
@@ -1038,7 +1097,7 @@ static int read_spec(reader *r)
             if ((rc = expect_kind(r, k, v, YAML_TREE_MAP, "a run config (a mapping)")))
                 return rc;
             s->base = v;
-            if ((rc = claim_base_auto(r, v)))
+            if ((rc = check_base_sets(r, v, "")) || (rc = claim_base_auto(r, v)))
                 return rc;
         } else if (strcmp(k, "resources") == 0) {
             if ((rc = read_resources(r, v)))
@@ -1088,7 +1147,44 @@ static int read_spec(reader *r)
     return 0;
 }
 
-int spec_parse(spec **out, const char *file, const char *text, size_t len, hearth_err *err)
+/* The text an experiment records: the file's own (comments kept) without overrides; with
+ * them, the tree written out under a comment naming the file and the overrides. */
+static int resolved_text(reader *r, const char *text, size_t len, const char *const *sets)
+{
+    spec *s = r->s;
+    char *out;
+    if (s->n_sets == 0) {
+        out = malloc(len + 1);
+        if (out) {
+            memcpy(out, text, len);
+            out[len] = '\0';
+        }
+    } else {
+        size_t hl = strlen(s->file) + 64;
+        for (int i = 0; i < s->n_sets; i++)
+            hl += strlen(sets[i]) + 8;
+        char *header = malloc(hl);
+        if (!header)
+            return nomem(r);
+        size_t used = (size_t)snprintf(header, hl, "%s with", s->file);
+        for (int i = 0; i < s->n_sets; i++)
+            used += (size_t)snprintf(header + used, hl - used, " --set %s", sets[i]);
+        for (char *c = header; *c; c++)   /* one comment line, whatever the values hold */
+            if (*c == '\n' || *c == '\r')
+                *c = ' ';
+        int rc = spec_emit(s->tree->root, header, &out, r->err);
+        free(header);
+        if (rc)
+            return rc;
+    }
+    if (!own(r, out))   /* own freed it */
+        return nomem(r);
+    s->text = out;
+    return 0;
+}
+
+int spec_parse_set(spec **out, const char *file, const char *text, size_t len,
+                   const char *const *sets, int n_sets, hearth_err *err)
 {
     *out = NULL;
     spec *s = calloc(1, sizeof *s);
@@ -1101,7 +1197,22 @@ int spec_parse(spec **out, const char *file, const char *text, size_t len, heart
     }
     s->file = s->tree->name;
     reader r = { s, text, len, err };
-    rc = read_spec(&r);
+    if (n_sets > 0) {
+        s->set_trees = calloc((size_t)n_sets, sizeof *s->set_trees);
+        s->set_keys = calloc((size_t)n_sets, sizeof *s->set_keys);
+        if (!s->set_trees || !s->set_keys) {
+            spec_free(s);
+            return herr_set(err, HERR_NOMEM, "%s: out of memory", file);
+        }
+        s->n_sets = n_sets;   /* spec_free frees what spec_set_apply made */
+        rc = spec_set_apply(s->tree, file, sets, n_sets, s->set_trees, (char **)s->set_keys,
+                            err);
+    }
+    /* written out before reading: reading replaces `auto` with placeholders */
+    if (!rc)
+        rc = resolved_text(&r, text, len, sets);
+    if (!rc)
+        rc = read_spec(&r);
     if (rc) {
         spec_free(s);
         return rc;
@@ -1110,7 +1221,13 @@ int spec_parse(spec **out, const char *file, const char *text, size_t len, heart
     return 0;
 }
 
-int spec_load(spec **out, const char *path, hearth_err *err)
+int spec_parse(spec **out, const char *file, const char *text, size_t len, hearth_err *err)
+{
+    return spec_parse_set(out, file, text, len, NULL, 0, err);
+}
+
+int spec_load_set(spec **out, const char *path, const char *const *sets, int n_sets,
+                  hearth_err *err)
 {
     *out = NULL;
     char *buf;
@@ -1118,9 +1235,38 @@ int spec_load(spec **out, const char *path, hearth_err *err)
     int rc = file_read_bounded(path, FILE_READ_MAX_TEXT, &buf, &len, err);
     if (rc)
         return rc;
-    rc = spec_parse(out, path, buf, len, err);
+    rc = spec_parse_set(out, path, buf, len, sets, n_sets, err);
     free(buf);
     return rc;
+}
+
+int spec_load(spec **out, const char *path, hearth_err *err)
+{
+    return spec_load_set(out, path, NULL, 0, err);
+}
+
+void spec_position_format(const spec *s, int line, int col, char *buf, size_t size)
+{
+    if (line < 0 && -line <= s->n_sets)
+        snprintf(buf, size, "--set %s", s->set_keys[-line - 1]);
+    else if (line > 0)
+        snprintf(buf, size, "%s:%d:%d", s->file, line, col);
+    else
+        snprintf(buf, size, "%s", s->file);
+}
+
+void spec_node_src(const spec *s, const yaml_tree_node *n, const char *key, field_src *src)
+{
+    memset(src, 0, sizeof *src);
+    if (n && n->line < 0 && -n->line <= s->n_sets) {
+        src->file = NULL;   /* field_src_format: "--set KEY" */
+        snprintf(src->key, sizeof src->key, "%s", s->set_keys[-n->line - 1]);
+        return;
+    }
+    src->file = s->file;
+    src->line = n ? n->line : 0;
+    src->col = n ? n->col : 0;
+    snprintf(src->key, sizeof src->key, "%s", key);
 }
 
 void spec_free(spec *s)
@@ -1143,6 +1289,14 @@ void spec_free(spec *s)
         free(s->exclude[i].settings);
     free(s->exclude);
     expr_free(s->where);
+    for (int i = 0; i < s->n_sets; i++) {
+        if (s->set_trees)
+            yaml_tree_free(s->set_trees[i]);
+        if (s->set_keys)
+            free((char *)s->set_keys[i]);
+    }
+    free(s->set_trees);
+    free(s->set_keys);
     for (int i = 0; i < s->n_owned; i++)
         free(s->owned[i]);
     free(s->owned);

@@ -33,6 +33,16 @@
  *     sweep.yaml:9:7: zip[0]: parallel.pp has 3 values but parallel.tp has 2
  *     sweep.yaml:12:22: where: expected ')' to close '(' at column 1, got end of expression
  *
+ * Command-line overrides (`hearth plan|submit SPEC --set KEY=VALUE`, spec_load_set) are
+ * applied to the file's YAML tree before it is read, so that an override is checked by the
+ * same code as the line it replaces.  KEY is a top-level key (`name`, `repeat`, `where`,
+ * ...), `base.KEY` or a bare run-config key (`train.lr`: a base key), `resources.KEY`,
+ * `matrix.KEY` or `after.KEY`; VALUE is YAML (a scalar or a flow list / mapping).  The
+ * last override of a key wins.  An error in an override names the argument instead of a
+ * line: "--set matrix.train.lr: expected a non-empty list of values in matrix, got 1e-3".
+ * Nodes an override wrote carry line -(i+1) for the i-th --set (col 0): spec_node_src and
+ * spec_position_format turn that back into "--set KEY".
+ *
  * Ownership: spec_load/spec_parse allocate a spec; spec_free releases it, with the YAML
  * tree that every node pointer and string below points into. */
 #ifndef HEARTH_SPEC_H
@@ -42,6 +52,7 @@
 
 #include "expr.h"
 #include "shape/err.h"
+#include "shape/fields.h"
 #include "shape/yaml_tree.h"
 
 /* One value of a swept key: a scalar, or a list for list-valued keys. */
@@ -135,7 +146,15 @@ typedef struct spec {
     int after_line, after_col;
     unsigned base_auto;               /* SPEC_AUTO_* bits that `base` sets to auto */
     unsigned any_auto;                /* ... that base or any swept value sets to auto */
+    int n_sets;                       /* --set overrides applied (spec_load_set) */
+    const char **set_keys;            /* the KEY of each, as written */
+    const char *text;                 /* the spec as YAML: the file's own text, or with
+                                         overrides the tree written out (what the
+                                         experiment records; planning it again gives
+                                         the same points) */
     /* private */
+    yaml_tree **set_trees;            /* each override's value tree (after grafting: the
+                                         node it replaced, or nothing) */
     char **owned;                     /* strings the spec allocated (flow texts, where) */
     int n_owned, cap_owned;
 } spec;
@@ -145,10 +164,26 @@ int spec_load(spec **out, const char *path, hearth_err *err);
 /* Same, from text in memory; `file` names it in messages. */
 int spec_parse(spec **out, const char *file, const char *text, size_t len, hearth_err *err);
 void spec_free(spec *s);
+/* Same as spec_load / spec_parse, with `n_sets` overrides "KEY=VALUE" applied in order
+ * (see the top of this file); `sets` may be NULL when n_sets is 0. */
+int spec_load_set(spec **out, const char *path, const char *const *sets, int n_sets,
+                  hearth_err *err);
+int spec_parse_set(spec **out, const char *file, const char *text, size_t len,
+                   const char *const *sets, int n_sets, hearth_err *err);
+
+/* Where a position of the spec came from, for messages: "FILE:LINE:COL", "FILE" (line 0)
+ * or "--set KEY" (line < 0: written by an override). */
+void spec_position_format(const spec *s, int line, int col, char *buf, size_t size);
+/* The field_src of a value node of `key` (shape/fields.h), so that the shape module's
+ * messages name the file and line, or the --set argument that wrote the node. */
+void spec_node_src(const spec *s, const yaml_tree_node *n, const char *key, field_src *src);
 
 /* Whether `key` is a known dotted key of a point: a run-config key (leaf, model keys under
  * "model.") or a scalar resources key.  Also fills a "did you mean" hint when not. */
 int spec_key_known(const char *key, char *hint, size_t hint_size);
+/* Offers every dotted key of a point (run-config, model and scalar resources keys) to a
+ * "did you mean" suggestion (shape/fields.h). */
+void spec_key_suggest(field_suggestion *sg, const char *key);
 /* The type a known key's value has in expressions: number, bool or string (enums, strings,
  * presets and lists, as their text); EXPR_V_NULL for an unknown key. */
 expr_vtype spec_key_type(const char *key);

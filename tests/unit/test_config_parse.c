@@ -334,6 +334,17 @@ static void test_errors(void **state)
            "run.yaml:1:8: model: preset \"nope\" not found (searched: ", 1);
     expect("model:\n  preset: nope\n", NULL, 0,
            "run.yaml:2:11: model.preset: preset \"nope\" not found (searched: ", 1);
+    {   /* a misspelt preset name is answered with the preset that exists */
+        run_config *c = calloc(1, sizeof *c);
+        hearth_err e = {{0}};
+        assert_non_null(c);
+        assert_int_equal(run_config_parse(c, "run.yaml", "model: tiny-vlmm\n", NULL, 0, 0, &e),
+                         HERR_CONFIG);
+        if (!strstr(e.msg, "run.yaml:1:8: model: preset \"tiny-vlmm\" not found (searched: ") ||
+            !strstr(e.msg, "; did you mean 'tiny-vlm'?"))
+            fail_msg("got '%s'", e.msg);
+        free(c);
+    }
     expect("model: [tiny-vlm]\n", NULL, 0,
            "run.yaml:1:8: model: expected a preset name or path, got a list", 0);
     expect("model: /nonexistent/x.yaml\n", NULL, 0,

@@ -1,4 +1,5 @@
 /* preset.c - finding and reading model presets (model_shape.h, shape_internal.h). */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -6,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "shape/fields.h"
 #include "shape/model_shape.h"
 #include "shape/shape_internal.h"
 #include "shape/yaml_tree.h"
@@ -62,6 +64,29 @@ static size_t search_dirs(char *dirs, size_t size)
     return used;
 }
 
+/* Offers every preset name (NAME.yaml) of the search directories to a "did you mean"
+ * suggestion, so that a misspelt name is answered with the one that exists. */
+static void suggest_presets(const char *dirs, size_t used, const char *name,
+                            field_suggestion *sg)
+{
+    for (size_t off = 0; off < used; off += strlen(dirs + off) + 1) {
+        DIR *d = opendir(dirs + off);
+        if (!d)
+            continue;
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            char cand[160];
+            size_t len = strlen(e->d_name);
+            if (e->d_name[0] == '.' || len <= 5 || len - 5 >= sizeof cand ||
+                !ends_with(e->d_name, ".yaml"))
+                continue;
+            snprintf(cand, sizeof cand, "%.*s", (int)(len - 5), e->d_name);
+            field_suggest_add(sg, name, cand);
+        }
+        closedir(d);
+    }
+}
+
 int preset_locate(const char *name_or_path, char *path, size_t size, hearth_err *err)
 {
     if (!name_or_path[0])
@@ -85,8 +110,15 @@ int preset_locate(const char *name_or_path, char *path, size_t size, hearth_err 
         strncat(searched, dir, sizeof searched - strlen(searched) - 1);
     }
     path[0] = 0;
-    return herr_set(err, HERR_CONFIG, "preset \"%s\" not found (searched: %s)", name_or_path,
-                    searched);
+    field_suggestion sg;
+    field_suggest_init(&sg);
+    suggest_presets(dirs, used, name_or_path, &sg);
+    const char *best = field_suggest_result(&sg, name_or_path);
+    char hint[200] = "";
+    if (best)
+        snprintf(hint, sizeof hint, "; did you mean '%s'?", best);
+    return herr_set(err, HERR_CONFIG, "preset \"%s\" not found (searched: %s)%s", name_or_path,
+                    searched, hint);
 }
 
 /* ---- reading ------------------------------------------------------------------------ */

@@ -196,7 +196,9 @@ static void test_missing_rank_times_out(void **state)
         expect_msg(&jobs[i].err, "rank 0 gave up", g.seed);
         expect_msg(&jobs[i].err, needle, g.seed);
     }
-    if (took < 0.6 || took > 10.0)
+    /* never before the timeout; the upper bound only tells a timeout from a hang (a busy
+     * 2-core machine may stall the threads for seconds) */
+    if (took < 0.6 || took > 60.0)
         fail_msg("took %.2f s for a 0.7 s timeout", took);
 }
 
@@ -218,7 +220,7 @@ static void test_no_master_times_out(void **state)
     assert_int_equal(jobs[2].rc_init, HERR_RUNTIME);
     expect_msg(&jobs[2].err, "rank 2: timed out", g.seed);
     expect_msg(&jobs[2].err, addr, g.seed);
-    if (took < 0.35 || took > 5.0)
+    if (took < 0.35 || took > 60.0)   /* as above: before the timeout never, a hang never */
         fail_msg("took %.2f s for a 0.4 s timeout", took);
 }
 
@@ -314,7 +316,7 @@ static void test_port_in_use(void **state)
     assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &l), 0);
     bootstrap_tcp_opts o = { .rank = 0, .size = 2, .local_rank = -1,
                              .master_addr = "127.0.0.1", .master_port = ntohs(a.sin_port),
-                             .timeout_ms = 5000 };
+                             .timeout_ms = 120000 };
     bootstrap *b = NULL;
     hearth_err err = { { 0 } };
     double t0 = now_s();
@@ -323,7 +325,7 @@ static void test_port_in_use(void **state)
     char needle[64];
     snprintf(needle, sizeof needle, "cannot listen on 127.0.0.1:%d", o.master_port);
     expect_msg(&err, needle, 0);
-    assert_true(now_s() - t0 < 2.0);
+    assert_true(now_s() - t0 < 60.0);   /* refused at once, not after the 120 s timeout */
     close(fd);
 }
 

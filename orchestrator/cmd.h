@@ -18,6 +18,7 @@ int cmd_show(hcli_ctx *c);
 int cmd_compare(hcli_ctx *c);
 int cmd_top(hcli_ctx *c);
 int cmd_export(hcli_ctx *c);
+int cmd_check(hcli_ctx *c);
 int cmd_bench(hcli_ctx *c);
 int cmd_select(hcli_ctx *c);
 int cmd_report(hcli_ctx *c);

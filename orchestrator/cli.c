@@ -107,6 +107,23 @@ static const hcli_opt export_opts[] = {
     { NULL, 0, NULL, NULL, NULL },
 };
 
+static const hcli_opt check_opts_tab[] = {
+    { "against", 0, "EXP", NULL, "baseline: the completed runs of experiment EXP (default: "
+      "the best earlier runs of each point in other experiments)" },
+    { "reference", 0, "FILE", NULL, "baseline: a reference file (YAML or JSON; "
+      "docs/check.md)" },
+    { "write-reference", 0, "FILE", NULL, "record EXP's per-point medians as a reference "
+      "file instead of checking" },
+    { "tol", 0, "FIG=PCT,...", NULL, "tolerances in percent, or off (defaults: "
+      "tokens_per_s 5, step_ms_median 5, mfu 5, peak_mem_bytes 5, final_loss 2)" },
+    { "figures", 0, "A,B,...", NULL, "figures to compare (default all: tokens_per_s, "
+      "step_ms_median, mfu, peak_mem_bytes, final_loss)" },
+    { "strict", 0, NULL, NULL, "also fail when a point has no baseline or no completed run, "
+      "or a reference point was not run" },
+    { "format", 0, "FMT", "table|csv|json", FORMAT_HELP },
+    { NULL, 0, NULL, NULL, NULL },
+};
+
 static const hcli_opt select_opts[] = {
     { "model", 0, "M", NULL, "model preset" },
     { "seq", 0, "S", NULL, "fp8: token count the policy is for (required); encoder: "
@@ -197,6 +214,15 @@ const hcli_cmd hcli_commands[] = {
       "twice.  Runs that had started are settled as `resume` would find them (ended ones "
       "recorded, live ones left running); then `hearth resume EXP` finishes the sweep.  "
       "An experiment whose runner is still working is left alone.", no_opts, cmd_ingest },
+    { "check", "EXP", 1, 1, "hold an experiment's figures against a baseline: exit 1 on a "
+      "regression",
+      "Compares each point's median tokens/s, step time, MFU, peak memory and final loss "
+      "over its repeats (the spread shown beside) with a baseline's: the best earlier "
+      "runs of the same config hash in other experiments, --against EXP2, or --reference "
+      "FILE.  Points match by config hash.  A figure worse than the baseline by more than "
+      "its tolerance is REGRESSED.  Exit 0 when all are within tolerance, 1 on a "
+      "regression (with --strict also when a point has no baseline), 2 on a usage error "
+      "(docs/check.md).", check_opts_tab, cmd_check },
     { "bench", "ingest FILE...|layers", 1, -1, "record layer benchmarks (layer_bench.json)",
       "`bench ingest FILE...` records layer_bench.json files (docs/select.md); the same "
       "file twice is recorded once.  `bench layers --model M` runs `hearth-train "
@@ -255,7 +281,8 @@ void hcli_print_usage(FILE *f)
         snprintf(head, sizeof head, "--%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
         fprintf(f, "  %-22s %s\n", head, o->help);
     }
-    fprintf(f, "\nexit status: 0 ok, 1 some runs failed, 2 usage or spec error.\n"
+    fprintf(f, "\nexit status: 0 ok, 1 some runs failed (check: a figure regressed), 2 usage "
+               "or spec error.\n"
                "'hearth COMMAND --help' describes a command.\n");
 }
 

@@ -151,8 +151,9 @@ int cli_doc_man_hearth(FILE *out, hearth_err *err)
                  ".TP\n.I hearth.db\nthe results database, unless configured otherwise\n"
                  ".TP\n.I runs/EXPERIMENT/RUN\\-ID/\na run's directory beside the database: "
                  "run.yaml, job.sh, job.json, logs and the trainer's outputs\n"
-                 ".SH EXIT STATUS\n0 success; 1 some runs failed, or a runtime failure "
-                 "(database, files); 2 usage, spec or configuration error.\n"
+                 ".SH EXIT STATUS\n0 success; 1 some runs failed (\\fBcheck\\fR: a figure "
+                 "regressed beyond its tolerance), or a runtime failure (database, files); "
+                 "2 usage, spec or configuration error.\n"
                  ".SH SEE ALSO\n\\fBhearth\\-train\\fR(1), \\fBhearth\\-spec\\fR(5)\n");
     return finish(out, "the manual page", err);
 }

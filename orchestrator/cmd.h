@@ -19,6 +19,7 @@ int cmd_compare(hcli_ctx *c);
 int cmd_top(hcli_ctx *c);
 int cmd_export(hcli_ctx *c);
 int cmd_ingest(hcli_ctx *c);
+int cmd_check(hcli_ctx *c);
 int cmd_bench(hcli_ctx *c);
 int cmd_select(hcli_ctx *c);
 int cmd_report(hcli_ctx *c);

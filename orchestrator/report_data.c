@@ -91,9 +91,7 @@ static int read_runs(hearth_db *db, int64_t exp, run_row **out, size_t *n, heart
     return rc;
 }
 
-/* "key=value key=value" of run `run` for `keys`, or the hash's first 12 digits when no
- * key varies. */
-static int make_label(hearth_db *db, int64_t run, const char *hash, char *const *keys,
+int report_data_label(hearth_db *db, int64_t run, const char *hash, char *const *keys,
                       int n_keys, char **out, hearth_err *err)
 {
     static const char sql[] =
@@ -160,7 +158,8 @@ static int group_configs(hearth_db *db, int64_t exp, const run_row *runs, size_t
             rc = herr_set(err, HERR_NOMEM, "out of memory");
             break;
         }
-        if ((rc = make_label(db, runs[i].id, runs[i].hash, keys, n_keys, &c->label, err)))
+        if ((rc = report_data_label(db, runs[i].id, runs[i].hash, keys, n_keys, &c->label,
+                                    err)))
             break;
         for (size_t j = i; j < n; j++) {
             if (strcmp(runs[j].hash, c->hash) != 0)

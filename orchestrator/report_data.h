@@ -63,4 +63,10 @@ int report_data_load(hearth_db *db, const char *experiment, const char *runs, lo
                      report_data *out, hearth_err *err);
 void report_data_free(report_data *d);
 
+/* A config's label: "key=value key=value" of run `run` (runs.id) for `keys` (the
+ * experiment's varying keys, query_varying_keys), or the first 12 digits of `hash` when
+ * there are none.  *out is malloc'd; the caller frees it. */
+int report_data_label(hearth_db *db, int64_t run, const char *hash, char *const *keys,
+                      int n_keys, char **out, hearth_err *err);
+
 #endif

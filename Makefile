@@ -23,13 +23,13 @@ WARN     = -Wall -Wextra -Werror
 OPT      = -O2 -g
 comma    := ,
 SANFLAGS = $(if $(filter 1,$(SAN)),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined,)
-CFLAGS  += $(CSTD) $(WARN) $(OPT) -fopenmp $(SANFLAGS) -MMD -MP -I. -Ikernels -Itrainer -Iorchestrator \
+CFLAGS  += $(CSTD) $(WARN) $(OPT) -fopenmp $(SANFLAGS) -MMD -MP \
            $(patsubst -I%,-isystem %,$(shell pkg-config --cflags-only-I pmix 2>/dev/null))
 LDFLAGS += -fopenmp $(SANFLAGS)
 TRAIN_LDLIBS = -lyaml -ljansson -lcrypto -lm -lpthread $(or $(shell pkg-config --libs pmix 2>/dev/null),-lpmix)
 ORCH_LDLIBS  = -lsqlite3 -lcurl $(TRAIN_LDLIBS)
 
-NVCCFLAGS = -O2 -std=c++17 -I. -Ikernels -MMD -MP \
+NVCCFLAGS = -O2 -std=c++17 -MMD -MP \
             -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=sm_90 \
             -Xcompiler -Wall,-Wextra,-Werror,-fPIC
 
@@ -98,13 +98,37 @@ endif
 .PHONY: FORCE all test test-unit test-full test-san bench deps install clean cuda gpu-tests
 all: $(ALL)
 
-$(BUILD)/obj/%.o: %.c
+# Include paths per layer, so that a forbidden include fails to compile.  Bottom up:
+#   kernels        kernels/ only (the device interface, its backends, the error codes);
+#   shape          kernels + trainer/shape (model-shape rules, the error type, the build's
+#                  version, the bounded file reader: what every program shares);
+#   comm, model    kernels + shape (+ comm) (+ model);
+#   trainer        kernels + all of trainer/ (trainer/*.c, parallel/, prep/);
+#   orchestrator   kernels + shape + orchestrator/: never the trainer's model or run code.
+# A view is a directory of symlinks, $(BUILD)/inc/VIEW/MODULE -> trainer/MODULE, so that
+# "shape/x.h" resolves and "model/x.h" does not.  Tests, benchmarks and tools see all.
+INC = -I. -Ikernels -Itrainer -Iorchestrator
+$(BUILD)/obj/kernels/%.o:       INC = -Ikernels
+$(BUILD)/obj/trainer/%.o:       INC = -Ikernels -Itrainer
+$(BUILD)/obj/trainer/shape/%.o: INC = -Ikernels -I$(BUILD)/inc/shape
+$(BUILD)/obj/trainer/comm/%.o:  INC = -Ikernels -I$(BUILD)/inc/comm
+$(BUILD)/obj/trainer/model/%.o: INC = -Ikernels -I$(BUILD)/inc/model
+$(BUILD)/obj/orchestrator/%.o:  INC = -Ikernels -Iorchestrator -I$(BUILD)/inc/shape
+NVINC = -I. -Ikernels
+$(BUILD)/obj/kernels/%.o:       NVINC = -Ikernels
+INC_VIEWS := $(addprefix $(BUILD)/inc/,shape/shape comm/shape comm/comm model/shape \
+                                       model/comm model/model)
+$(INC_VIEWS):
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	ln -sfn $(CURDIR)/trainer/$(notdir $@) $@
+
+$(BUILD)/obj/%.o: %.c | $(INC_VIEWS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(INC) -c $< -o $@
 
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) $(NVINC) -c $< -o $@
 
 define archive
 	@mkdir -p $(dir $@)
@@ -140,9 +164,9 @@ $(PREP_BIN): $(call obj,trainer/prep/main.c) $(LIB_PREP) $(TRAIN_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ $(PREP_LDLIBS) $(TRAIN_LDLIBS)
 
-# The orchestrator links only the pure shape/rules module of the trainer (DESIGN.md).
-# trainer/version.o: the release and git description of `hearth --version`.
-$(ORCH_BIN): $(call obj,orchestrator/main.c) $(call obj,trainer/version.c) $(LIB_ORCH) $(LIB_SHAPE)
+# The orchestrator links only the pure shape/rules module of the trainer (DESIGN.md),
+# which also holds the build's version (trainer/shape/version.c).
+$(ORCH_BIN): $(call obj,orchestrator/main.c) $(LIB_ORCH) $(LIB_SHAPE)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ $(ORCH_LDLIBS)
 
@@ -163,8 +187,8 @@ GIT_DESCRIBE := $(shell git describe --always --dirty 2>/dev/null)
 $(BUILD)/version.stamp: FORCE
 	@mkdir -p $(dir $@)
 	@echo '$(GIT_DESCRIBE)' | cmp -s - $@ || echo '$(GIT_DESCRIBE)' > $@
-$(BUILD)/obj/trainer/version.o: $(BUILD)/version.stamp
-$(BUILD)/obj/trainer/version.o: CFLAGS += -DHEARTH_GIT_DESCRIBE='"$(GIT_DESCRIBE)"'
+$(BUILD)/obj/trainer/shape/version.o: $(BUILD)/version.stamp
+$(BUILD)/obj/trainer/shape/version.o: CFLAGS += -DHEARTH_GIT_DESCRIBE='"$(GIT_DESCRIBE)"'
 FORCE:
 
 # The schema is compiled into hearth: db/migrations/*.sql -> orchestrator/db_migrations.c
@@ -267,7 +291,7 @@ FUZZ_CFLAGS   = $(CSTD) $(WARN) -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link -MM
 FUZZ_SRC     := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BINS    := $(patsubst tests/fuzz/%.c,$(FUZZ_DIR)/bin/%,$(FUZZ_SRC))
 # The trainer files the readers need (not the whole trainer library).
-FUZZ_TRAIN_SRC := trainer/safetensors.c trainer/safetensors_dtype.c trainer/safetensors_set.c trainer/safetensors_write.c trainer/shard_format.c trainer/outputs.c trainer/version.c
+FUZZ_TRAIN_SRC := trainer/safetensors.c trainer/safetensors_dtype.c trainer/safetensors_set.c trainer/safetensors_write.c trainer/shard_format.c trainer/outputs.c trainer/shape/version.c
 FUZZ_LIB     := $(FUZZ_DIR)/lib/libhearth_fuzz.a
 fuzz_obj      = $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(1))
 .PHONY: fuzz fuzz-smoke

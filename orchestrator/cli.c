@@ -10,7 +10,7 @@
 #include "cli.h"
 #include "cmd.h"
 #include "shape/fields.h"
-#include "version.h"
+#include "shape/version.h"
 
 #define FORMAT_HELP "output format: table, csv or json (default table)"
 #define SET_HELP "override a key of the spec, VALUE in YAML (a scalar or a flow list): a " \

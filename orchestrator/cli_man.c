@@ -10,7 +10,7 @@
 #include "shape/fields.h"
 #include "spec.h"
 #include "user_config.h"
-#include "version.h"
+#include "shape/version.h"
 
 void cli_doc_roff_text(FILE *out, const char *text)
 {

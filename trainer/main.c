@@ -6,7 +6,7 @@
 #include "kdev.h"
 #include "plan_memory.h"
 #include "run.h"
-#include "version.h"
+#include "shape/version.h"
 
 int main(int argc, char **argv)
 {

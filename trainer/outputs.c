@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "version.h"
+#include "shape/version.h"
 
 int outputs_mkdir_p(const char *dir, hearth_err *err)
 {

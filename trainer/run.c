@@ -13,7 +13,7 @@
 #include "runlog.h"
 #include "summary.h"
 #include "train.h"
-#include "version.h"
+#include "shape/version.h"
 
 /* Set by SIGTERM / SIGUSR2 (preemption notice), SIGINT (Ctrl-C) or SIGHUP (the terminal
  * went away): the training loop writes a checkpoint at the next step boundary and the run

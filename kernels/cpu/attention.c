@@ -16,7 +16,7 @@
 
 #include <math.h>
 
-#include "kernels/cpu/gemm.h"
+#include "cpu/gemm.h"
 
 #define BQ 64
 #define BK 64

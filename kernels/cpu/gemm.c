@@ -1,7 +1,7 @@
 /* gemm.c - blocked single-threaded GEMM (see gemm.h), instantiated for SSE2 (the x86-64
  * baseline every build can run) and AVX2 (picked at run time when the CPU has it).
  * Neither instance uses FMA, so both produce the same bits. */
-#include "kernels/cpu/gemm.h"
+#include "cpu/gemm.h"
 
 #include <string.h>
 
@@ -22,7 +22,7 @@ typedef float kv8 __attribute__((vector_size(32), aligned(32), may_alias));
 #define GT_VL 4
 #define GT_MR 4
 #define GT_NR 8
-#include "kernels/cpu/gemm_tmpl.h"
+#include "cpu/gemm_tmpl.h"
 #undef GT_NAME
 #undef GT_ATTR
 #undef GT_VEC
@@ -38,7 +38,7 @@ typedef float kv8 __attribute__((vector_size(32), aligned(32), may_alias));
 #define GT_VL 8
 #define GT_MR 6
 #define GT_NR 16
-#include "kernels/cpu/gemm_tmpl.h"
+#include "cpu/gemm_tmpl.h"
 #undef GT_NAME
 #undef GT_ATTR
 #undef GT_VEC

@@ -5,7 +5,7 @@
  * gemm.h describes and the result does not depend on the thread count. */
 #include "kernels.h"
 
-#include "kernels/cpu/gemm.h"
+#include "cpu/gemm.h"
 
 static int ceil_div(int a, int b) { return (a + b - 1) / b; }
 

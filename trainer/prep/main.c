@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "prep/prep.h"
-#include "version.h"
+#include "shape/version.h"
 
 enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2 };
 

@@ -1,4 +1,4 @@
-#include "version.h"
+#include "shape/version.h"
 
 #include <stddef.h>
 

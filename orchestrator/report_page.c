@@ -45,7 +45,7 @@ static void axes(svg_doc *d, double x, double y, double w, double h, const svg_s
     int n = svg_scale_ticks(ys, ticks, 32);
     for (int i = 0; i < n; i++) {
         double ty = svg_scale_map(ys, ticks[i]);
-        svg_line(d, x, ty, x + w, ty, "#e0e0e0", 1, 0);
+        svg_line(d, x, ty, x + w, ty, "#e0e0e0", 1, NULL);
         svg_format_number(ticks[i], num, sizeof num);
         svg_text(d, x - 6, ty + 4, SVG_END, 11, 0, 0, "#333333", num);
     }
@@ -53,13 +53,13 @@ static void axes(svg_doc *d, double x, double y, double w, double h, const svg_s
         n = svg_scale_ticks(xs, ticks, 32);
         for (int i = 0; i < n; i++) {
             double tx = svg_scale_map(xs, ticks[i]);
-            svg_line(d, tx, y + h, tx, y + h + 4, "#333333", 1, 0);
+            svg_line(d, tx, y + h, tx, y + h + 4, "#333333", 1, NULL);
             svg_format_number(ticks[i], num, sizeof num);
             svg_text(d, tx, y + h + 16, SVG_MIDDLE, 11, 0, 0, "#333333", num);
         }
     }
-    svg_line(d, x, y, x, y + h, "#333333", 1, 0);
-    svg_line(d, x, y + h, x + w, y + h, "#333333", 1, 0);
+    svg_line(d, x, y, x, y + h, "#333333", 1, NULL);
+    svg_line(d, x, y + h, x + w, y + h, "#333333", 1, NULL);
     if (xtitle)
         svg_text(d, x + w / 2, y + h + 34, SVG_MIDDLE, 12, 0, 0, "#333333", xtitle);
     svg_text(d, x - 62, y + h / 2, SVG_MIDDLE, 12, 0, -90, "#333333", ytitle);
@@ -104,9 +104,9 @@ static double panel_throughput(svg_doc *d, const report_data *r, double y0)
         svg_rect(d, cx - bw / 2, top, bw, base - top, palette[i % N_COLORS], tip);
         if (cf->n_tps > 1) {
             double lo = svg_scale_map(&ys, cf->tps_min), hi = svg_scale_map(&ys, cf->tps_max);
-            svg_line(d, cx, lo, cx, hi, "#000000", 1.5, 0);
-            svg_line(d, cx - bw / 4, lo, cx + bw / 4, lo, "#000000", 1.5, 0);
-            svg_line(d, cx - bw / 4, hi, cx + bw / 4, hi, "#000000", 1.5, 0);
+            svg_line(d, cx, lo, cx, hi, "#000000", 1.5, NULL);
+            svg_line(d, cx - bw / 4, lo, cx + bw / 4, lo, "#000000", 1.5, NULL);
+            svg_line(d, cx - bw / 4, hi, cx + bw / 4, hi, "#000000", 1.5, NULL);
         }
         if (r->n_configs <= 40)
             svg_text(d, cx, fmin(top, svg_scale_map(&ys, cf->tps_max)) - 4, SVG_MIDDLE, 10, 0,
@@ -186,14 +186,14 @@ static double panel_scaling(svg_doc *d, const report_data *r, double y0)
     if (isfinite(best_at_min) && isfinite(x_max))
         svg_line(d, svg_scale_map(&xs, x_min), svg_scale_map(&ys, best_at_min),
                  svg_scale_map(&xs, x_max), svg_scale_map(&ys, best_at_min * x_max / x_min),
-                 "#888888", 1.5, 1);
+                 "#888888", 1.5, "4 3");
     char tip[512], a[32];
     for (size_t i = 0; i < n; i++) {
         const report_config *cf = &r->configs[i];
         double cx = svg_scale_map(&xs, xv[i]);
         if (cf->n_tps > 1)
             svg_line(d, cx, svg_scale_map(&ys, cf->tps_min), cx, svg_scale_map(&ys, cf->tps_max),
-                     palette[i % N_COLORS], 1.5, 0);
+                     palette[i % N_COLORS], 1.5, NULL);
         svg_format_number(cf->tps_median, a, sizeof a);
         snprintf(tip, sizeof tip, "C%zu %s: %s tokens/s at %.0f %s", i + 1, cf->label, a,
                  xv[i], what);
@@ -234,7 +234,7 @@ static double panel_loss(svg_doc *d, const report_data *r, double y0)
             xv[k + j] = svg_scale_map(&xs, c->step[j]);
             yv[k + j] = svg_scale_map(&ys, c->loss[j]);
         }
-        svg_polyline(d, xv + k, yv + k, c->n, palette[i % N_COLORS], 2);
+        svg_polyline(d, xv + k, yv + k, c->n, palette[i % N_COLORS], 2, NULL);
         k += c->n;
     }
     free(xv);
@@ -249,7 +249,7 @@ static double panel_loss(svg_doc *d, const report_data *r, double y0)
             svg_format_number(c->n ? c->loss[c->n - 1] : NAN, last, sizeof last);
             snprintf(line, sizeof line, "%s  %s  (final loss %s)", c->run_id, c->label, last);
             svg_line(d, px, ly + LINE_H * (double)i - 4, px + 12, ly + LINE_H * (double)i - 4,
-                     palette[i % N_COLORS], 3, 0);
+                     palette[i % N_COLORS], 3, NULL);
         }
         svg_text(d, px + 18, ly + LINE_H * (double)i, SVG_START, 11, 0, 0, "#000000", line);
     }

@@ -14,6 +14,7 @@ packages=(
     libjpeg62-turbo-dev  # image decoding (hearth-prep)
     libcmocka-dev     # unit tests
     chromium          # tests: hearth report's SVG rendered headless to a PNG
+    librsvg2-bin      # tests: rsvg-convert renders hearth report's SVG; pixels checked
     libxml2-utils     # tests: xmllint checks hearth report's SVG is well-formed
     groff             # tests: the generated manual pages render without warnings
     man-db            # man -l for those pages

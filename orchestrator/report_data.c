@@ -128,6 +128,60 @@ int report_data_label(hearth_db *db, int64_t run, const char *hash, char *const 
     return 0;
 }
 
+/* The settings of run `run` but for its layout, as one text ("key=value" lines in key
+ * order): two configs with equal texts belong to one scaling family.  *out is malloc'd. */
+static int family_text(hearth_db *db, int64_t run, char **out, hearth_err *err)
+{
+    static const char sql[] =
+        "SELECT k.key, quote(coalesce(kv.num, kv.txt, kv.flag)) FROM run_config_kv kv "
+        "JOIN config_keys k ON k.id = kv.key_id WHERE kv.run = ?1 AND k.key NOT IN ("
+        REPORT_LAYOUT_KEYS ") ORDER BY k.key";
+    sqlite3_stmt *st;
+    int rc = db_prepare_int64(db, sql, run, &st, err);
+    if (rc)
+        return rc;
+    strbuf b = { 0 };
+    int oom = strbuf_add(&b, "", 0) != 0;
+    while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *k = (const char *)sqlite3_column_text(st, 0);
+        const char *v = (const char *)sqlite3_column_text(st, 1);
+        oom = !k || !v || strbuf_add(&b, k, strlen(k)) || strbuf_add(&b, "=", 1) ||
+              strbuf_add(&b, v, strlen(v)) || strbuf_add(&b, "\n", 1);
+    }
+    rc = oom ? herr_set(err, HERR_NOMEM, "out of memory")
+             : db_rows_end(db, rc, "reading a run's settings", err);
+    db_stmt_done(st);
+    if (rc) {
+        free(b.s);
+        return rc;
+    }
+    *out = b.s;
+    return 0;
+}
+
+/* Sets each config's family from the settings of its first run, runs[first[i]]. */
+static int group_families(hearth_db *db, const run_row *runs, const size_t *first,
+                          report_data *d, hearth_err *err)
+{
+    char **text = calloc(d->n_configs ? d->n_configs : 1, sizeof *text);
+    if (!text)
+        return herr_set(err, HERR_NOMEM, "out of memory");
+    int rc = 0;
+    for (size_t i = 0; i < d->n_configs && !rc; i++) {
+        rc = family_text(db, runs[first[i]].id, &text[i], err);
+        d->configs[i].family = i;
+        for (size_t k = 0; k < i && !rc; k++)
+            if (strcmp(text[k], text[i]) == 0) {
+                d->configs[i].family = d->configs[k].family;
+                break;
+            }
+    }
+    for (size_t i = 0; i < d->n_configs; i++)
+        free(text[i]);
+    free(text);
+    return rc;
+}
+
 /* Groups the runs by config hash (first appearance order) with their throughput spread. */
 static int group_configs(hearth_db *db, int64_t exp, const run_row *runs, size_t n,
                          report_data *d, hearth_err *err)
@@ -136,7 +190,8 @@ static int group_configs(hearth_db *db, int64_t exp, const run_row *runs, size_t
     int n_keys = 0;
     int rc = query_varying_keys(db, exp, LABEL_MAX_KEYS, keys, &n_keys, err);
     double *tps = rc ? NULL : malloc((n ? n : 1) * sizeof *tps);
-    if (!rc && !tps)
+    size_t *first = rc ? NULL : malloc((n ? n : 1) * sizeof *first);   /* per config */
+    if (!rc && (!tps || !first))
         rc = herr_set(err, HERR_NOMEM, "out of memory");
     size_t cap = 0;
     for (size_t i = 0; i < n && !rc; i++) {
@@ -149,6 +204,7 @@ static int group_configs(hearth_db *db, int64_t exp, const run_row *runs, size_t
             rc = herr_set(err, HERR_NOMEM, "out of memory");
             break;
         }
+        first[d->n_configs] = i;
         report_config *c = &d->configs[d->n_configs++];
         memset(c, 0, sizeof *c);
         c->nodes = runs[i].nodes;
@@ -177,10 +233,45 @@ static int group_configs(hearth_db *db, int64_t exp, const run_row *runs, size_t
                                          : (tps[c->n_tps / 2 - 1] + tps[c->n_tps / 2]) / 2;
         }
     }
+    if (!rc)
+        rc = group_families(db, runs, first, d, err);
     free(tps);
+    free(first);
     for (int i = 0; i < n_keys; i++)
         free(keys[i]);
     return rc;
+}
+
+int64_t report_data_scale_value(const report_config *c, report_scale s)
+{
+    return s == REPORT_SCALE_NODES ? c->nodes : s == REPORT_SCALE_DEVICES ? c->devices
+                                                                          : c->ranks;
+}
+
+size_t report_data_ideal_base(const report_data *d, size_t i)
+{
+    if (i >= d->n_configs)
+        return REPORT_NONE;
+    size_t fam = d->configs[i].family, base = REPORT_NONE;
+    int64_t largest = 0;
+    for (size_t k = 0; k < d->n_configs; k++) {
+        const report_config *c = &d->configs[k];
+        int64_t size = report_data_scale_value(c, d->scale);
+        if (c->family != fam || size <= 0 || !isfinite(c->tps_median))
+            continue;
+        if (size > largest)
+            largest = size;
+        if (base == REPORT_NONE) {
+            base = k;
+            continue;
+        }
+        int64_t bsize = report_data_scale_value(&d->configs[base], d->scale);
+        if (size < bsize || (size == bsize && c->tps_median > d->configs[base].tps_median))
+            base = k;
+    }
+    if (base == REPORT_NONE || largest == report_data_scale_value(&d->configs[base], d->scale))
+        return REPORT_NONE;
+    return base;
 }
 
 /* Whether nodes, else devices, else ranks take more than one value among the configs. */
@@ -228,12 +319,13 @@ static int read_curve(hearth_db *db, int64_t id, report_curve *c, hearth_err *er
     return rc;
 }
 
-static const char *label_of(const report_data *d, const char *hash)
+/* The index of the config of hash `hash`; every completed run's config is among them. */
+static size_t config_of(const report_data *d, const char *hash)
 {
     for (size_t i = 0; i < d->n_configs; i++)
         if (strcmp(d->configs[i].hash, hash) == 0)
-            return d->configs[i].label;
-    return "";
+            return i;
+    return REPORT_NONE;
 }
 
 /* Adds a curve for run `run_id` (database id, config hash); `explicit`: named by the user,
@@ -245,7 +337,9 @@ static int add_curve(hearth_db *db, report_data *d, size_t *cap, int64_t id,
         return herr_set(err, HERR_NOMEM, "out of memory");
     report_curve *c = &d->curves[d->n_curves++];
     memset(c, 0, sizeof *c);
-    if (!(c->run_id = strdup(run_id)) || !(c->label = strdup(label_of(d, hash))))
+    c->config = config_of(d, hash);
+    if (!(c->run_id = strdup(run_id)) ||
+        !(c->label = strdup(c->config == REPORT_NONE ? "" : d->configs[c->config].label)))
         return herr_set(err, HERR_NOMEM, "out of memory");
     int rc = read_curve(db, id, c, err);
     if (rc || c->n)

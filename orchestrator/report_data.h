@@ -1,6 +1,7 @@
 /* report_data.h - what `hearth report EXP` draws, read from the results database: the
  * experiment's completed runs grouped by config (repeats of one point share a config hash),
- * the spread of their throughput, whether nodes, devices or ranks vary (a scaling plot), the
+ * the spread of their throughput, whether nodes, devices or ranks vary (a scaling plot) and
+ * which configs differ only in their layout (a family, for the ideal-scaling line), the
  * per-step loss of chosen runs, and the selection decisions recorded for the experiment.
  *
  * Errors (HERR_CONFIG, naming what is missing): no experiment of that name; no completed
@@ -27,12 +28,24 @@ typedef struct {
     double tps_min, tps_median, tps_max;   /* NaN when n_tps is 0 */
     int64_t nodes, devices;  /* of its first run's result; 0 when not recorded */
     int64_t ranks;           /* its config's `ranks` (a CPU run's ranks share one device) */
+    size_t family;           /* the first config with the same settings but for the layout
+                              * (REPORT_LAYOUT_KEYS): what a scaling line connects */
 } report_config;
+
+/* The config keys that make a layout (DESIGN.md's "layout" and the rank count): configs
+ * that differ only in these are one family of a scaling plot. */
+#define REPORT_LAYOUT_KEYS \
+    "'ranks', 'parallel.tp', 'parallel.cp', 'parallel.pp', 'parallel.vpp', 'parallel.dp', " \
+    "'parallel.ep', 'parallel.sp', 'parallel.encoder.strategy', 'parallel.encoder.tp'"
+
+/* No config (report_data_ideal_base). */
+#define REPORT_NONE ((size_t)-1)
 
 /* The loss per step of one run (steps without a loss are left out). */
 typedef struct {
     char *run_id;
     char *label;             /* its config's label */
+    size_t config;           /* its config's index in report_data's configs */
     size_t n;
     double *step, *loss;
 } report_curve;
@@ -68,5 +81,14 @@ void report_data_free(report_data *d);
  * there are none.  *out is malloc'd; the caller frees it. */
 int report_data_label(hearth_db *db, int64_t run, const char *hash, char *const *keys,
                       int n_keys, char **out, hearth_err *err);
+
+/* Config c's size along scale s (nodes, devices or ranks); 0 when not recorded. */
+int64_t report_data_scale_value(const report_config *c, report_scale s);
+
+/* The config that config i's ideal-scaling line starts from: among the configs of i's
+ * family with a known size (d->scale) and a finite median tokens/s, the one of the
+ * smallest size (of two there, the faster).  REPORT_NONE when there is none or when the
+ * family has only that one size (no line to draw). */
+size_t report_data_ideal_base(const report_data *d, size_t i);
 
 #endif

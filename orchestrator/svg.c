@@ -143,13 +143,25 @@ void svg_rect(svg_doc *d, double x, double y, double w, double h, const char *fi
     svg_raw(d, "</rect>\n");
 }
 
+/* Writes a stroke-dasharray attribute when dash is not NULL. */
+static void add_dash(svg_doc *d, const char *dash)
+{
+    if (!dash)
+        return;
+    svg_raw(d, " stroke-dasharray=\"");
+    add_escaped(d, dash);
+    svg_raw(d, "\"");
+}
+
 void svg_line(svg_doc *d, double x1, double y1, double x2, double y2, const char *stroke,
-              double width, int dash)
+              double width, const char *dash)
 {
     if (!finite2(x1, y1) || !finite2(x2, y2))
         return;
-    svg_raw(d, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke-width=\"%.2f\"%s "
-               "stroke=\"", x1, y1, x2, y2, width, dash ? " stroke-dasharray=\"4 3\"" : "");
+    svg_raw(d, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke-width=\"%.2f\"",
+            x1, y1, x2, y2, width);
+    add_dash(d, dash);
+    svg_raw(d, " stroke=\"");
     add_escaped(d, stroke);
     svg_raw(d, "\"/>\n");
 }
@@ -167,7 +179,7 @@ void svg_circle(svg_doc *d, double cx, double cy, double r, const char *fill,
 }
 
 void svg_polyline(svg_doc *d, const double *xs, const double *ys, size_t n,
-                  const char *stroke, double width)
+                  const char *stroke, double width, const char *dash)
 {
     size_t i = 0;
     while (i < n) {
@@ -179,7 +191,9 @@ void svg_polyline(svg_doc *d, const double *xs, const double *ys, size_t n,
         if (i - start == 1) {
             svg_circle(d, xs[start], ys[start], width, stroke, NULL);
         } else if (i > start) {
-            svg_raw(d, "<polyline fill=\"none\" stroke-width=\"%.2f\" stroke=\"", width);
+            svg_raw(d, "<polyline fill=\"none\" stroke-width=\"%.2f\"", width);
+            add_dash(d, dash);
+            svg_raw(d, " stroke=\"");
             add_escaped(d, stroke);
             svg_raw(d, "\" points=\"");
             for (size_t k = start; k < i; k++)
@@ -187,6 +201,55 @@ void svg_polyline(svg_doc *d, const double *xs, const double *ys, size_t n,
             svg_raw(d, "\"/>\n");
         }
     }
+}
+
+void svg_marker(svg_doc *d, double cx, double cy, double r, svg_shape shape,
+                const char *fill, const char *stroke, const char *tip)
+{
+    /* Unit outlines about the centre, scaled by r; each has about the area of the circle
+     * of radius r, so no shape looks more important than another. */
+    static const double square[] = { -0.9, -0.9, 0.9, -0.9, 0.9, 0.9, -0.9, 0.9 };
+    static const double triangle[] = { 0, -1.35, 1.17, 0.68, -1.17, 0.68 };
+    static const double diamond[] = { 0, -1.27, 1.27, 0, 0, 1.27, -1.27, 0 };
+    static const double triangle_down[] = { 0, 1.35, 1.17, -0.68, -1.17, -0.68 };
+    if (!finite2(cx, cy) || !isfinite(r))
+        return;
+    const double *pts = shape == SVG_SQUARE ? square : shape == SVG_TRIANGLE ? triangle
+                      : shape == SVG_DIAMOND ? diamond
+                      : shape == SVG_TRIANGLE_DOWN ? triangle_down : NULL;
+    int n = shape == SVG_TRIANGLE || shape == SVG_TRIANGLE_DOWN ? 3 : 4;
+    if (!pts) {
+        svg_raw(d, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"%.2f\"", cx, cy, r);
+    } else {
+        svg_raw(d, "<polygon points=\"");
+        for (int i = 0; i < n; i++)
+            svg_raw(d, "%s%.2f,%.2f", i ? " " : "", cx + r * pts[2 * i],
+                    cy + r * pts[2 * i + 1]);
+        svg_raw(d, "\"");
+    }
+    svg_raw(d, " fill=\"");
+    add_escaped(d, fill);
+    if (stroke) {
+        svg_raw(d, "\" stroke-width=\"1\" stroke=\"");
+        add_escaped(d, stroke);
+    }
+    svg_raw(d, "\">");
+    add_tip(d, tip);
+    svg_raw(d, "</%s>\n", pts ? "polygon" : "circle");
+}
+
+void svg_group_begin(svg_doc *d, const char *cls, const char *tip)
+{
+    svg_raw(d, "<g class=\"");
+    add_escaped(d, cls);
+    svg_raw(d, "\">");
+    add_tip(d, tip);
+    svg_raw(d, "\n");
+}
+
+void svg_group_end(svg_doc *d)
+{
+    svg_raw(d, "</g>\n");
 }
 
 void svg_text(svg_doc *d, double x, double y, svg_anchor anchor, double size, int bold,
@@ -246,10 +309,12 @@ size_t svg_scale_fit(svg_scale *s, const double *v, size_t n, int with_zero, dou
 {
     double lo = INFINITY, hi = -INFINITY;
     size_t finite = 0;
+    int whole = 1;
     for (size_t i = 0; i < n; i++) {
         if (!isfinite(v[i]))
             continue;
         finite++;
+        whole &= v[i] == floor(v[i]);
         lo = fmin(lo, v[i]);
         hi = fmax(hi, v[i]);
     }
@@ -282,6 +347,9 @@ size_t svg_scale_fit(svg_scale *s, const double *v, size_t n, int with_zero, dou
         return finite;
     }
     s->step = nice_step(span / 5);
+    /* A rank or a node count of 1.5 does not exist: whole values get whole ticks. */
+    if (whole && s->step < 1)
+        s->step = 1;
     s->d0 = floor(lo / s->step) * s->step;
     s->d1 = ceil(hi / s->step) * s->step;
     /* lo / step can round up past a whole number: keep every value inside. */

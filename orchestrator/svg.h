@@ -37,14 +37,30 @@ void svg_begin(svg_doc *d, double width, double height, const char *title);
 /* A rectangle; `tip` (may be NULL) is a tooltip (<title>). */
 void svg_rect(svg_doc *d, double x, double y, double w, double h, const char *fill,
               const char *tip);
-/* A line; dashed when `dash` is not 0. */
+/* A line; `dash` is an SVG stroke-dasharray ("6 3") or NULL for a solid line. */
 void svg_line(svg_doc *d, double x1, double y1, double x2, double y2, const char *stroke,
-              double width, int dash);
+              double width, const char *dash);
 void svg_circle(svg_doc *d, double cx, double cy, double r, const char *fill,
                 const char *tip);
-/* A polyline through (xs[i], ys[i]); points with a non-finite coordinate split it. */
+/* A polyline through (xs[i], ys[i]); points with a non-finite coordinate split it.
+ * `dash` is an SVG stroke-dasharray ("6 3") or NULL for a solid line. */
 void svg_polyline(svg_doc *d, const double *xs, const double *ys, size_t n,
-                  const char *stroke, double width);
+                  const char *stroke, double width, const char *dash);
+/* Marker shapes: with a palette's colours they tell more series apart than the palette
+ * has colours. */
+typedef enum {
+    SVG_CIRCLE = 0, SVG_SQUARE, SVG_TRIANGLE, SVG_DIAMOND, SVG_TRIANGLE_DOWN
+} svg_shape;
+#define SVG_N_SHAPES 5
+/* A marker of about radius r centred on (cx, cy), filled with `fill` and outlined with
+ * `stroke` (NULL: no outline); `tip` (may be NULL) is a tooltip.  The centre is always
+ * inside the filled area, so a picture of it can be sampled there. */
+void svg_marker(svg_doc *d, double cx, double cy, double r, svg_shape shape,
+                const char *fill, const char *stroke, const char *tip);
+/* Opens a group <g class="cls"> (with tooltip `tip` when not NULL) that svg_group_end
+ * closes: it names what its shapes show, for a reader of the document and for tests. */
+void svg_group_begin(svg_doc *d, const char *cls, const char *tip);
+void svg_group_end(svg_doc *d);
 typedef enum { SVG_START = 0, SVG_MIDDLE, SVG_END } svg_anchor;
 /* Text at (x, y) (the baseline), `size` in user units, rotated by `rotate` degrees about
  * its anchor point; bold when `bold`. */
@@ -69,7 +85,9 @@ typedef struct {
 /* Fits the domain to the finite values among v[0..n) (NaN and infinities are skipped),
  * widened to include 0 when `with_zero`, then rounded outwards to whole ticks of about 5
  * steps.  No finite value: [0, 1].  One value or all equal: from 0 to that value ([0, 1]
- * when it is 0).  Returns how many values were finite. */
+ * when it is 0).  When every finite value is a whole number (ranks, nodes, steps), the
+ * step is at least 1, so no tick falls between two whole numbers.  Returns how many
+ * values were finite. */
 size_t svg_scale_fit(svg_scale *s, const double *v, size_t n, int with_zero, double r0,
                      double r1);
 /* The output coordinate of x (NaN for a non-finite x). */

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hearth report: a small local sweep (2 configs of 1 and 2 ranks, 2 repeats each) and a
 # recorded selection decision drawn as SVG and HTML; the SVG is well-formed XML
-# (xmllint), Chromium renders it to a PNG that is not blank, the HTML is self-contained;
+# (xmllint), Chromium renders it to a PNG that is not blank, rsvg-convert renders it to a
+# PNG where each config has one colour in every panel, the HTML is self-contained;
 # --runs picks the loss curves; clear errors for an unknown experiment, one without
 # completed runs and runs without metrics; a failed report leaves no file behind and
 # does not touch an older one.
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/../.."
 . tests/cli/hearth_common.bash
 hearth_tmp report
 
-tap_plan 13
+tap_plan 14
 
 cat >s.yaml <<EOF
 name: rep
@@ -62,42 +63,100 @@ html_ok() {
 }
 tap_check "the HTML page: self-contained, the SVG inline, configs and evidence" html_ok
 
-# Counts the distinct colours of a PNG (8-bit RGB or RGBA, non-interlaced: what Chromium
-# writes), with the Python standard library only.
-png_colours() {
-    python3 - "$1" <<'PY'
+# Python that reads a PNG (8-bit RGB or RGBA, non-interlaced: what Chromium and
+# rsvg-convert write) with the standard library only: read_png(path) gives
+# (width, height, bytes per pixel, rows of bytes).
+PNG_READ='
 import struct, sys, zlib
-data = open(sys.argv[1], 'rb').read()
-assert data[:8] == b'\x89PNG\r\n\x1a\n', 'not a PNG'
-pos, idat, w = 8, b'', 0
-while pos < len(data):
-    n, kind = struct.unpack('>I4s', data[pos:pos + 8])
-    body = data[pos + 8:pos + 8 + n]
-    if kind == b'IHDR':
-        w, h, depth, ctype, _, _, interlace = struct.unpack('>IIBBBBB', body)
-        assert depth == 8 and ctype in (2, 6) and not interlace, 'unsupported PNG'
-        bpp = 3 if ctype == 2 else 4
-    elif kind == b'IDAT':
-        idat += body
-    pos += 12 + n
-raw, stride, prev, colours, i = zlib.decompress(idat), w * bpp, None, set(), 0
-for _ in range(h):
-    f, line = raw[i], bytearray(raw[i + 1:i + 1 + stride])
-    i += 1 + stride
-    for x in range(stride):
-        a = line[x - bpp] if x >= bpp else 0
-        b = prev[x] if prev else 0
-        c = prev[x - bpp] if prev and x >= bpp else 0
-        if f == 1: line[x] = (line[x] + a) & 255
-        elif f == 2: line[x] = (line[x] + b) & 255
-        elif f == 3: line[x] = (line[x] + (a + b) // 2) & 255
-        elif f == 4:
-            p = a + b - c; pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-            line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-    colours.update(bytes(line[k:k + bpp]) for k in range(0, stride, bpp))
-    prev = line
-print(len(colours))
-PY
+def read_png(path):
+    data = open(path, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, w = 8, b"", 0
+    while pos < len(data):
+        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + n]
+        if kind == b"IHDR":
+            w, h, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", body)
+            assert depth == 8 and ctype in (2, 6) and not interlace, "unsupported PNG"
+            bpp = 3 if ctype == 2 else 4
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + n
+    raw, stride, prev, rows, i = zlib.decompress(idat), w * bpp, None, [], 0
+    for _ in range(h):
+        f, line = raw[i], bytearray(raw[i + 1:i + 1 + stride])
+        i += 1 + stride
+        for x in range(stride):
+            a = line[x - bpp] if x >= bpp else 0
+            b = prev[x] if prev else 0
+            c = prev[x - bpp] if prev and x >= bpp else 0
+            if f == 1: line[x] = (line[x] + a) & 255
+            elif f == 2: line[x] = (line[x] + b) & 255
+            elif f == 3: line[x] = (line[x] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c; pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(line)
+        prev = line
+    return w, h, bpp, rows
+'
+
+# Counts the distinct colours of a PNG.
+png_colours() {
+    python3 -c "$PNG_READ"'
+w, h, bpp, rows = read_png(sys.argv[1])
+print(len({bytes(r[k:k + bpp]) for r in rows for k in range(0, w * bpp, bpp)}))
+' "$1"
+}
+
+# Samples the picture PNG of report SVG at each config's shapes (class "config Cn": its
+# bar and legend swatch, its scaling point, its runs' loss curves and their legend
+# markers) and checks each config has one colour everywhere, the one its bar is filled
+# with, and no two configs share one.
+png_config_colours() {
+    python3 -c "$PNG_READ"'
+import xml.etree.ElementTree as ET
+ns = "{http://www.w3.org/2000/svg}"
+w, h, bpp, rows = read_png(sys.argv[2])
+def at(x, y):
+    r = rows[int(y)]; k = int(x) * bpp
+    return "#%02x%02x%02x" % tuple(r[k:k + 3])
+def centre(e):
+    if e.tag == ns + "circle":
+        return float(e.get("cx")), float(e.get("cy"))
+    pts = [tuple(map(float, p.split(","))) for p in e.get("points").split()]
+    return sum(p[0] for p in pts) / len(pts), sum(p[1] for p in pts) / len(pts)
+want, points = {}, []
+for g in ET.parse(sys.argv[1]).iter(ns + "g"):
+    cls = g.get("class", "").split()
+    if cls[:1] != ["config"]:
+        continue
+    name, n = cls[1], len(points)
+    for e in g:
+        if e.tag == ns + "rect":
+            x, y, rw, rh = (float(e.get(a)) for a in ("x", "y", "width", "height"))
+            want.setdefault(name, e.get("fill"))
+            points.append((name,) + ((x + 0.15 * rw, y + 0.5 * rh) if rh > 12 else (x + 1.2, y + 1.2)))
+            break
+        if e.tag in (ns + "circle", ns + "polygon") and e.get("fill") != "#ffffff":
+            points.append((name,) + centre(e))
+            break
+    assert len(points) > n, "no shape to sample in " + name
+# Runs of equal losses draw their curves on top of each other: a point that a later
+# shape of another config covers is not sampled.
+seen = {}
+for i, (name, x, y) in enumerate(points):
+    if not any(o != name and abs(ox - x) < 8 and abs(oy - y) < 8 for o, ox, oy in points[i + 1:]):
+        seen.setdefault(name, []).append(at(x, y))
+ok = len(seen) >= 2
+for name, got in sorted(seen.items()):
+    if set(got) != {want.get(name)}:
+        print("%s: colours %s in the picture, its bar is %s" % (name, got, want.get(name))); ok = False
+if len(set(want.values())) != len(want):
+    print("two configs share a colour:", want); ok = False
+print("%d configs sampled at %d places" % (len(seen), sum(map(len, seen.values()))))
+sys.exit(0 if ok else 1)
+' "$1" "$2"
 }
 
 chromium_bin=$(command -v chromium || command -v chromium-browser || true)
@@ -118,6 +177,27 @@ if [ -n "$chromium_bin" ]; then
     tap_check "Chromium renders the SVG to a PNG that is not blank" render_ok
 else
     tap_skip "Chromium renders the SVG to a PNG that is not blank" "chromium not installed"
+fi
+
+# The charts agree with themselves: a config's colour is the same in every panel (the
+# loss curves come best run first, not in config order); ranks and steps have whole-number
+# ticks; one ideal-scaling line, from the config of 1 rank (both configs share every
+# setting but the layout); the bars say what varies.
+consistent_ok() {
+    rsvg-convert -o r-rsvg.png r.svg 2>rsvg.err && [ ! -s rsvg.err ] ||
+        { echo "rsvg-convert failed:"; cat rsvg.err; return 1; }
+    png_config_colours r.svg r-rsvg.png || return 1
+    ! grep -qE '>[0-9]+\.5</text>' r.svg || { echo "a tick between whole numbers"; return 1; }
+    [ "$(grep -c '<g class="ideal ' r.svg)" = 1 ] && grep -q '<g class="ideal C1">' r.svg ||
+        { echo "want one ideal line, from C1"; grep '"ideal' r.svg; return 1; }
+    grep -qE '>[^<]*tp=1 ranks=1</text>' r.svg ||
+        { echo "no short label under C1's bar"; return 1; }
+}
+if command -v rsvg-convert >/dev/null; then
+    tap_check "rsvg-convert: one colour per config in every panel, whole ticks, ideal line" consistent_ok
+else
+    tap_skip "rsvg-convert: one colour per config in every panel, whole ticks, ideal line" \
+        "rsvg-convert not installed (librsvg2-bin)"
 fi
 
 run_h runs report rep --runs rep-2,rep-3 --svg picked.svg

@@ -2,7 +2,9 @@
  * control characters, valid and broken UTF-8) gives text an XML reader accepts and reads
  * back to the input; scales fitted to random data with NaN and infinities keep every
  * finite value inside, with ticks on the domain, also for one point, all-equal, zero and
- * negative values; shapes with non-finite coordinates are left out and polylines split. */
+ * negative values; whole-number data (ranks, nodes, steps) gets whole-number ticks; shapes
+ * with non-finite coordinates are left out and polylines split; markers, dashes and
+ * groups. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -259,6 +261,38 @@ static void test_scale_edges(void **state)
     assert_true(svg_scale_map(&s, -1.7e308) >= -1e-9);
 }
 
+static void test_scale_integer(void **state)
+{
+    (void)state;
+    tu_rng r = tu_rng_fresh_noted();
+    double v[16], t[64];
+    for (int iter = 0; iter < 3000; iter++) {
+        size_t n = (size_t)tu_randint(&r, 0, 16);
+        int top = 1 << tu_randint(&r, 0, 12);   /* ranks up to 2048 */
+        for (size_t i = 0; i < n; i++)
+            v[i] = tu_randint(&r, 0, 20) == 0 ? NAN : (double)tu_randint(&r, -top, top + 1);
+        int with_zero = tu_randint(&r, 0, 2);
+        svg_scale s;
+        size_t finite = svg_scale_fit(&s, v, n, with_zero, 300, 50);
+        check_scale(&s, v, n, with_zero, finite, r.seed);
+        int nt = svg_scale_ticks(&s, t, 64);
+        for (int i = 0; i < nt; i++)
+            if (t[i] != floor(t[i]))
+                fail_msg("seed %llu: tick %g between whole numbers (step %g)",
+                         (unsigned long long)r.seed, t[i], s.step);
+    }
+    /* Ranks 1 and 2: 0, 1, 2 (not 0, 0.5, 1, 1.5, 2). */
+    svg_scale s;
+    double ranks[2] = { 1, 2 };
+    svg_scale_fit(&s, ranks, 2, 1, 0, 100);
+    assert_int_equal(svg_scale_ticks(&s, t, 64), 3);
+    assert_true(t[0] == 0 && t[1] == 1 && t[2] == 2);
+    /* A fraction among the values: fractional steps stay. */
+    double mixed[2] = { 1, 1.5 };
+    svg_scale_fit(&s, mixed, 2, 0, 0, 100);
+    assert_true(s.step < 1);
+}
+
 /* ---- shapes ----------------------------------------------------------------------------- */
 
 static size_t count(const char *hay, const char *needle)
@@ -292,9 +326,9 @@ static void test_nonfinite_left_out(void **state)
                 run++;
             }
         }
-        svg_polyline(&d, xs, ys, n, "#000", 1);
+        svg_polyline(&d, xs, ys, n, "#000", 1, NULL);
         svg_rect(&d, NAN, 0, 1, 1, "red", NULL);
-        svg_line(&d, 0, 0, INFINITY, 1, "red", 1, 0);
+        svg_line(&d, 0, 0, INFINITY, 1, "red", 1, NULL);
         svg_circle(&d, 1, NAN, 2, "red", NULL);
         svg_text(&d, NAN, 1, SVG_START, 10, 0, 0, "red", "x");
         svg_rect(&d, 10, 10, -5, -5, "blue", "neg & tip");
@@ -316,6 +350,50 @@ static void test_nonfinite_left_out(void **state)
         assert_true(len > 7 && strcmp(text + len - 7, "</svg>\n") == 0);
         free(text);
     }
+}
+
+static void test_marker_dash_group(void **state)
+{
+    (void)state;
+    svg_doc d = { 0 };
+    svg_begin(&d, 100, 100, NULL);
+    svg_group_begin(&d, "config C1", "a <tip>");
+    for (int k = 0; k < SVG_N_SHAPES; k++)
+        svg_marker(&d, 50, 40, 5, (svg_shape)k, "#123456", k % 2 ? "#ffffff" : NULL, NULL);
+    svg_marker(&d, NAN, 40, 5, SVG_SQUARE, "red", NULL, NULL);
+    svg_group_end(&d);
+    double xs[2] = { 0, 10 }, ys[2] = { 0, 10 };
+    svg_polyline(&d, xs, ys, 2, "#000", 1, "7 3");
+    svg_line(&d, 0, 0, 1, 1, "#000", 1, "2 2");
+    char *text;
+    size_t len;
+    hearth_err err = { { 0 } };
+    assert_int_equal(svg_finish(&d, &text, &len, &err), 0);
+    assert_non_null(strstr(text, "<g class=\"config C1\"><title>a &lt;tip&gt;</title>"));
+    assert_int_equal(count(text, "<circle"), 1);
+    assert_int_equal(count(text, "<polygon"), SVG_N_SHAPES - 1);
+    assert_int_equal(count(text, "stroke=\"#ffffff\""), SVG_N_SHAPES / 2);
+    assert_int_equal(count(text, "</g>"), 1);
+    assert_null(strstr(text, "red"));
+    assert_non_null(strstr(text, "stroke-dasharray=\"7 3\""));
+    assert_non_null(strstr(text, "stroke-dasharray=\"2 2\""));
+    /* Every polygon's vertices surround its centre: their mean is within a pixel of it. */
+    for (const char *p = strstr(text, "points=\""); p; p = strstr(p + 1, "points=\"")) {
+        if (strncmp(p - 9, "<polygon ", 9))
+            continue;
+        const char *q = p + 8;
+        double sx = 0, sy = 0;
+        int k = 0;
+        while (*q != '"') {
+            char *e;
+            sx += strtod(q, &e);
+            sy += strtod(e + 1, &e);
+            k++;
+            q = e + (*e == ' ');
+        }
+        assert_true(k >= 3 && fabs(sx / k - 50) < 1 && fabs(sy / k - 40) < 1);
+    }
+    free(text);
 }
 
 static void test_format_number(void **state)
@@ -340,7 +418,9 @@ int main(void)
         cmocka_unit_test(test_escape_cases),
         cmocka_unit_test(test_scale_random),
         cmocka_unit_test(test_scale_edges),
+        cmocka_unit_test(test_scale_integer),
         cmocka_unit_test(test_nonfinite_left_out),
+        cmocka_unit_test(test_marker_dash_group),
         cmocka_unit_test(test_format_number),
     };
     return cmocka_run_group_tests_name("orch_svg", tests, NULL, NULL);

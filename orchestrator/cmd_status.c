@@ -256,14 +256,13 @@ int cmd_wait(hcli_ctx *c)
     for (;;) {
         if ((rc = runs_db_state_counts(db, exp, counts, &err)))
             break;
-        long total = 0, failed = counts[RUN_FAILED] + counts[RUN_TIMEOUT] +
-                                 counts[RUN_CANCELLED];
+        long total = 0, failed = counts[RUN_FAILED] + counts[RUN_TIMEOUT];
         for (int s = 0; s < RUN_STATE_COUNT; s++)
             total += counts[s];
         long in_flight = sweep_in_flight(counts);
         progress_counts(&prog, total - counts[RUN_PENDING] - counts[RUN_REQUEUED], total,
                         counts[RUN_SUBMITTED] + counts[RUN_RUNNING], counts[RUN_COMPLETED],
-                        failed);
+                        failed, counts[RUN_CANCELLED]);
         if (in_flight == 0) {
             /* Ok when every point has a completed run: a failed run whose point ran again
              * (a retry as a new run, a replaced vanished job) does not count. */

@@ -2,8 +2,9 @@
  * removing one takes exactly its runs and everything hanging off them (history, config
  * keys, metrics, results, tags, decisions) and leaves every other experiment's rows as
  * they were; it is refused while runs are live and all-or-nothing when a step fails;
- * archive and unarchive, tags and their checks, and the listing's filters and counts,
- * held against counts kept by the test itself.  Fresh random data in every test. */
+ * archive and unarchive (and `query` leaving archived experiments out unless asked), tags
+ * and their checks, and the listing's filters and counts, held against counts kept by the
+ * test itself.  Fresh random data in every test. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +16,7 @@
 #include <cmocka.h>
 
 #include "db.h"
+#include "query.h"
 #include "run_state.h"
 #include "runs_db.h"
 #include "tests/unit/support/dbtest.h"
@@ -336,6 +338,45 @@ static void test_archive(void **state)
     runs_db_experiment_list_free(v, n);
 }
 
+/* The rows `hearth query` prints for these options. */
+static long query_rows(fixture *f, const char *experiment, int archived)
+{
+    hearth_err err = {{0}};
+    char *out = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&out, &len);
+    assert_non_null(m);
+    query_opts o = {.experiment = experiment, .columns = "run_id", .format = REPORT_CSV,
+                    .archived = archived};
+    long rows = -1;
+    CHECK(query_runs(f->db, &o, m, &rows, &err), f);
+    fclose(m);
+    free(out);
+    return rows;
+}
+
+static void test_query_hides_archived(void **state)
+{
+    fixture *f = *state;
+    hearth_err err = {{0}};
+    long ca[RUN_STATE_COUNT], cb[RUN_STATE_COUNT], na = 0, nb = 0;
+    populate(f, "shown", 1, ca);
+    populate(f, "hidden", 1, cb);
+    for (int s = 0; s < RUN_STATE_COUNT; s++) {
+        na += ca[s];
+        nb += cb[s];
+    }
+    assert_int_equal(query_rows(f, NULL, 0), na + nb);
+    CHECK(runs_db_experiment_archive(f->db, "hidden", 1, NULL, &err), f);
+    assert_int_equal(query_rows(f, NULL, 0), na);
+    assert_int_equal(query_rows(f, NULL, 1), na + nb);
+    /* Naming the experiment shows it, archived or not. */
+    assert_int_equal(query_rows(f, "hidden", 0), nb);
+    assert_int_equal(query_rows(f, "shown", 0), na);
+    CHECK(runs_db_experiment_archive(f->db, "hidden", 0, NULL, &err), f);
+    assert_int_equal(query_rows(f, NULL, 0), na + nb);
+}
+
 static void test_tags(void **state)
 {
     fixture *f = *state;
@@ -463,6 +504,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_remove_refused_while_live, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remove_is_atomic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_archive, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_query_hides_archived, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_counts, setup, teardown),
     };

@@ -53,7 +53,23 @@ static const hcli_opt submit_opts[] = {
 };
 
 static const hcli_opt status_opts[] = {
+    { "all", 'a', NULL, NULL, "without EXP: also list archived experiments (`hearth "
+      "archive`), with an archived column" },
+    { "tag", 0, "TAG", NULL, "without EXP: only the experiments tagged TAG (`hearth tag`)" },
     { "format", 0, "FMT", "table|csv|json", FORMAT_HELP },
+    { NULL, 0, NULL, NULL, NULL },
+};
+
+static const hcli_opt format_opts[] = {
+    { "format", 0, "FMT", "table|csv|json", FORMAT_HELP },
+    { NULL, 0, NULL, NULL, NULL },
+};
+
+static const hcli_opt rm_opts[] = {
+    { "delete-runs", 0, NULL, NULL, "also delete the run directories (RUNS_DIR/EXP, every "
+      "log, checkpoint and result file in it); without it they stay" },
+    { "force", 'f', NULL, NULL, "cancel the runs whose jobs are still alive (as `hearth "
+      "cancel` does) instead of refusing; a working runner still refuses" },
     { NULL, 0, NULL, NULL, NULL },
 };
 
@@ -80,7 +96,8 @@ static const hcli_opt logs_opts[] = {
 };
 
 static const hcli_opt query_opts_tab[] = {
-    { "experiment", 'e', "EXP", NULL, "only this experiment's runs" },
+    { "experiment", 'e', "EXP", NULL, "only this experiment's runs (archived or not)" },
+    { "all", 'a', NULL, NULL, "also the runs of archived experiments (`hearth archive`)" },
     { "order", 0, "KEY", NULL, "order by KEY ascending, or -KEY descending" },
     { "limit", 0, "N", NULL, "at most N rows" },
     { "columns", 0, "A,B,...", NULL, "columns to show: run fields, result fields, config keys" },
@@ -177,8 +194,12 @@ const hcli_cmd hcli_commands[] = {
       "skipped unless --force.  Safe to kill and run again: finished runs are recorded, "
       "running jobs are waited for, and no completed point runs twice.",
       submit_opts, cmd_submit },
-    { "status", "[EXP]", 0, 1, "runs per state, per experiment (or the runs of EXP)", NULL,
-      status_opts, cmd_status },
+    { "status", "[EXP]", 0, 1, "runs per state, per experiment (or the runs of EXP)",
+      "Without EXP, one line per experiment in the order they were created: its runs per "
+      "state (a cancelled run counts as cancelled, never as failed), its tags, when it was "
+      "created and the runner working on it, if any.  Archived experiments are left out "
+      "unless --all.  With EXP, one line per run of EXP (archived or not).", status_opts,
+      cmd_status },
     { "wait", "EXP", 1, 1, "block until no run of EXP is in flight",
       "Exit 0 when every point of EXP has a completed run, 1 when some have none (or when no runner is left to finish the runs in flight).", wait_opts, cmd_wait },
     { "cancel", "EXP|RUN...", 1, -1, "cancel the unfinished runs of an experiment, or runs",
@@ -192,6 +213,26 @@ const hcli_cmd hcli_commands[] = {
       "they left one (the trainer writes one on SIGTERM), else from the start.  Runs "
       "cancelled with `hearth cancel` stay cancelled unless --include-cancelled.", resume_opts,
       cmd_resume },
+    { "rm", "EXP...", 1, -1, "remove experiments (run directories only with "
+      "--delete-runs)",
+      "Removes each EXP with all its runs, their history, metrics and results, its tags and "
+      "the `auto` decisions made for it, in one transaction: all of it or nothing.  Asks "
+      "nothing.  Refused (exit 1, nothing removed) while a runner works on EXP, and while "
+      "runs of EXP are submitted or running unless --force.  The run directories stay "
+      "unless --delete-runs, and `hearth ingest RUNS_DIR/EXP` records them again (so does "
+      "a plain `hearth ingest`).  Prints what it removed.", rm_opts, cmd_rm },
+    { "archive", "EXP...", 1, -1, "hide experiments from `status` and `query` listings",
+      "An archived experiment keeps every run and result: plan dedup, `check` baselines "
+      "and `select` still use them, and commands that name it (status EXP, top, report, "
+      "export, query -e) work as before.  `status --all` and `query --all` list it.",
+      no_opts, cmd_archive },
+    { "unarchive", "EXP...", 1, -1, "list archived experiments again", NULL, no_opts,
+      cmd_unarchive },
+    { "tag", "EXP TAG...", 2, -1, "tag an experiment (`status --tag TAG` lists a tag's)",
+      "A tag is 1 to 64 characters of A-Z a-z 0-9 . _ : @ + - and does not start with -.  "
+      "Tagging twice changes nothing.", no_opts, cmd_tag },
+    { "untag", "EXP TAG...", 2, -1, "remove tags from an experiment", NULL, no_opts,
+      cmd_untag },
     { "logs", "RUN", 1, 1, "print a run's stdout and stderr", NULL, logs_opts, cmd_logs },
     { "query", "[FILTER]", 0, 1, "runs matching a filter expression, as a table, CSV or JSON",
       "FILTER is an expression over run fields, result fields and config keys, e.g. "
@@ -242,7 +283,7 @@ const hcli_cmd hcli_commands[] = {
     { "config", "show", 1, 1, "the effective defaults and where each came from",
       "Defaults come from the command line, else the environment, else the config file "
       "($XDG_CONFIG_HOME/hearth/config.yaml, else ~/.config/hearth/config.yaml), else "
-      "built-in values (docs/hearth-config.md).", status_opts, cmd_config },
+      "built-in values (docs/hearth-config.md).", format_opts, cmd_config },
     { "completion", "bash|zsh|experiments|runs", 1, 1, "print the shell completion script",
       "Generated from the same command table as the parser: `hearth completion bash > "
       "/usr/share/bash-completion/completions/hearth`, or `source <(hearth completion "

@@ -3,8 +3,10 @@
 #ifndef HEARTH_CMD_H
 #define HEARTH_CMD_H
 
+#include "backend.h"
 #include "cli.h"
 #include "db.h"
+#include "runs_db.h"
 
 int cmd_plan(hcli_ctx *c);
 int cmd_submit(hcli_ctx *c);
@@ -13,6 +15,11 @@ int cmd_wait(hcli_ctx *c);
 int cmd_cancel(hcli_ctx *c);
 int cmd_resume(hcli_ctx *c);
 int cmd_logs(hcli_ctx *c);
+int cmd_rm(hcli_ctx *c);
+int cmd_archive(hcli_ctx *c);
+int cmd_unarchive(hcli_ctx *c);
+int cmd_tag(hcli_ctx *c);
+int cmd_untag(hcli_ctx *c);
 int cmd_query(hcli_ctx *c);
 int cmd_show(hcli_ctx *c);
 int cmd_compare(hcli_ctx *c);
@@ -38,6 +45,12 @@ typedef struct {
     int detached;              /* set in the detached runner itself */
 } cmd_run_opts;
 int cmd_run_sweep(hcli_ctx *c, const cmd_run_opts *ro);
+
+/* Cancels one run that is not finished yet (`hearth cancel`, `hearth rm --force`): its
+ * state becomes cancelled, then its job is ended through the backend (opened into *bk on
+ * first use; the caller frees it) and what it left is ingested.  Prints "RUN: cancelled".
+ * A run that ended meanwhile is left as it is. */
+int cmd_cancel_run(hearth_db *db, const run_info *ri, backend **bk, hearth_err *err);
 
 /* Reads the spec named by the command's argument with its --set overrides (spec.h). */
 struct spec;

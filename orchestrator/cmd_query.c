@@ -64,6 +64,7 @@ int cmd_query(hcli_ctx *c)
         return code;
     o.filter = c->argc ? c->argv[0] : NULL;
     o.experiment = hcli_get(c, "experiment");
+    o.archived = hcli_flag(c, "all");
     o.order = hcli_get(c, "order");
     o.columns = hcli_get(c, "columns");
     return finish(c, db, query_runs(db, &o, stdout, NULL, &err), &err);

@@ -50,71 +50,59 @@ static report_cell text_cell(const char *s)
     return x;
 }
 
+/* `hearth status` without EXP: one line per experiment (archived ones with --all, only
+ * those tagged T with --tag T).  The archived column is there only with --all: without it,
+ * it would be empty on every line. */
 static int status_experiments(hcli_ctx *c, hearth_db *db, report_format fmt, hearth_err *err)
 {
     char runs_dir[PATH_MAX];
     int rc = hcli_runs_dir(c, runs_dir, sizeof runs_dir, err);
     if (rc)
         return rc;
-    const char *names[3 + RUN_STATE_COUNT];
+    experiment_filter f = { hcli_flag(c, "all"), hcli_get(c, "tag") };
+    experiment_info *v = NULL;
+    size_t n = 0;
+    if ((rc = runs_db_experiment_list(db, &f, &v, &n, err)))
+        return rc;
+    const char *names[6 + RUN_STATE_COUNT];
     size_t nc = 0;
     names[nc++] = "experiment";
     names[nc++] = "runs";
     for (int s = 0; s < RUN_STATE_COUNT; s++)
         names[nc++] = run_state_name((run_state)s);
+    names[nc++] = "tags";
+    names[nc++] = "created";
+    if (f.archived)
+        names[nc++] = "archived";
     names[nc++] = "runner";
     report *r = report_begin(stdout, fmt, nc, names);
     if (!r)
-        return herr_set(err, HERR_NOMEM, "out of memory");
-    /* Reads the experiment names only; counts come from runs_db. */
-    sqlite3_stmt *st = NULL;
-    rc = db_prepare(db, "SELECT name FROM experiments ORDER BY id", &st, err);
-    char **exps = NULL;
-    size_t n = 0, cap = 0;
-    int step = SQLITE_DONE;
-    while (!rc && (step = sqlite3_step(st)) == SQLITE_ROW) {
-        if (n == cap) {
-            cap = cap ? 2 * cap : 16;
-            char **g = realloc(exps, cap * sizeof *g);
-            if (!g) {
-                rc = herr_set(err, HERR_NOMEM, "out of memory");
-                break;
-            }
-            exps = g;
-        }
-        if (!(exps[n] = strdup((const char *)sqlite3_column_text(st, 0))))
-            rc = herr_set(err, HERR_NOMEM, "out of memory");
-        else
-            n++;
-    }
-    if (!rc && step != SQLITE_DONE)
-        rc = db_fail(db, err, "listing experiments");
-    if (st)
-        db_stmt_done(st);
+        rc = herr_set(err, HERR_NOMEM, "out of memory");
     for (size_t i = 0; !rc && i < n; i++) {
-        long counts[RUN_STATE_COUNT], total = 0;
-        if ((rc = runs_db_state_counts(db, exps[i], counts, err)))
-            break;
-        report_cell cells[3 + RUN_STATE_COUNT];
+        const experiment_info *e = &v[i];
+        report_cell cells[6 + RUN_STATE_COUNT];
         size_t k = 0;
-        cells[k++] = text_cell(exps[i]);
+        long total = 0;
+        cells[k++] = text_cell(e->name);
         for (int s = 0; s < RUN_STATE_COUNT; s++)
-            total += counts[s];
+            total += e->counts[s];
         cells[k++] = int_cell(total);
         for (int s = 0; s < RUN_STATE_COUNT; s++)
-            cells[k++] = int_cell(counts[s]);
+            cells[k++] = int_cell(e->counts[s]);
+        cells[k++] = text_cell(e->tags);
+        cells[k++] = text_cell(e->created_at);
+        if (f.archived)
+            cells[k++] = text_cell(e->archived_at);
         char dir[PATH_MAX], who[320];
         sweep_lock_owner owner;
         memset(&owner, 0, sizeof owner);
-        int held = sweep_experiment_dir(db, exps[i], runs_dir, dir, sizeof dir, err) == 0 &&
+        int held = sweep_experiment_dir(db, e->name, runs_dir, dir, sizeof dir, err) == 0 &&
                    sweep_lock_held(dir, &owner);
         sweep_lock_owner_format(&owner, who, sizeof who);
         cells[k++] = text_cell(held ? who : NULL);
         rc = report_row(r, cells, err);
     }
-    for (size_t i = 0; i < n; i++)
-        free(exps[i]);
-    free(exps);
+    runs_db_experiment_list_free(v, n);
     if (rc) {
         report_abort(r);
         return rc;
@@ -211,6 +199,9 @@ int cmd_status(hcli_ctx *c)
     hearth_db *db = NULL;
     report_format fmt;
     int rc = format_of(c, &fmt, &err);
+    if (!rc && c->argc && (hcli_flag(c, "all") || hcli_get(c, "tag")))
+        rc = herr_set(&err, HERR_CONFIG, "--all and --tag choose experiments to list; not "
+                      "with EXP");
     if (rc)
         return hcli_fail(c, rc, &err);
     int code = cmd_open_db(c, 0, &db);
@@ -256,14 +247,13 @@ int cmd_wait(hcli_ctx *c)
     for (;;) {
         if ((rc = runs_db_state_counts(db, exp, counts, &err)))
             break;
-        long total = 0, failed = counts[RUN_FAILED] + counts[RUN_TIMEOUT] +
-                                 counts[RUN_CANCELLED];
+        long total = 0, failed = counts[RUN_FAILED] + counts[RUN_TIMEOUT];
         for (int s = 0; s < RUN_STATE_COUNT; s++)
             total += counts[s];
         long in_flight = sweep_in_flight(counts);
         progress_counts(&prog, total - counts[RUN_PENDING] - counts[RUN_REQUEUED], total,
                         counts[RUN_SUBMITTED] + counts[RUN_RUNNING], counts[RUN_COMPLETED],
-                        failed);
+                        failed, counts[RUN_CANCELLED]);
         if (in_flight == 0) {
             /* Ok when every point has a completed run: a failed run whose point ran again
              * (a retry as a new run, a replaced vanished job) does not count. */
@@ -300,9 +290,8 @@ int cmd_wait(hcli_ctx *c)
 
 /* ---- cancel ----------------------------------------------------------------------------- */
 
-/* Cancels one run that is not finished yet: the state first (so that no runner starts it
- * or retries it), then its job. */
-static int cancel_run(hearth_db *db, const run_info *ri, backend **bk, hearth_err *err)
+/* The state first (so that no runner starts it or retries it), then its job. */
+int cmd_cancel_run(hearth_db *db, const run_info *ri, backend **bk, hearth_err *err)
 {
     if (run_state_is_terminal(ri->state))
         return 0;
@@ -356,7 +345,7 @@ int cmd_cancel(hcli_ctx *c)
         if (found < 0) {
             rc = found;
         } else if (found) {
-            rc = cancel_run(db, &ri, &bk, &err);
+            rc = cmd_cancel_run(db, &ri, &bk, &err);
         } else {
             int64_t id;
             int e = runs_db_experiment_find(db, c->argv[i], &id, &err);
@@ -373,7 +362,7 @@ int cmd_cancel(hcli_ctx *c)
                 size_t n = 0;
                 rc = runs_db_list(db, c->argv[i], masks[pass], &v, &n, &err);
                 for (size_t k = 0; !rc && k < n; k++)
-                    rc = cancel_run(db, &v[k], &bk, &err);
+                    rc = cmd_cancel_run(db, &v[k], &bk, &err);
                 runs_db_list_free(v, n);
             }
         }

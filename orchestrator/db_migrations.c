@@ -231,6 +231,26 @@ const db_migration db_migrations[] = {
      "CREATE INDEX decisions_by_kind ON decisions (kind, created_at);\n"
      "CREATE INDEX decisions_by_point ON decisions (experiment, config_hash);\n"
     },
+    {3, "experiment_manage", "0003_experiment_manage.sql",
+     "-- 0003_experiment_manage.sql - experiments as things a user manages: archived ones are\n"
+     "-- hidden from listings (`hearth archive`), tags group them (`hearth tag`), `hearth rm`\n"
+     "-- removes one with everything recorded about its runs.\n"
+     "--\n"
+     "-- Archiving hides, it removes nothing: plan dedup, `hearth check` baselines and `hearth\n"
+     "-- select` still read an archived experiment's runs, and a command naming it still works.\n"
+     "\n"
+     "-- NULL while the experiment is in view; when it was archived otherwise.\n"
+     "ALTER TABLE experiments ADD COLUMN archived_at TEXT;\n"
+     "\n"
+     "-- An experiment's tags, one row each; removed with the experiment.\n"
+     "CREATE TABLE experiment_tags (\n"
+     "    experiment  INTEGER NOT NULL REFERENCES experiments(id) ON DELETE CASCADE,\n"
+     "    tag         TEXT NOT NULL,\n"
+     "    PRIMARY KEY (experiment, tag)\n"
+     ") WITHOUT ROWID;\n"
+     "-- `hearth status --tag T`: the experiments of a tag.\n"
+     "CREATE INDEX experiment_tags_by_tag ON experiment_tags (tag, experiment);\n"
+    },
 };
 
-const int db_migrations_count = 2;
+const int db_migrations_count = 3;

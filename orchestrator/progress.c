@@ -54,10 +54,14 @@ void progress_set(progress *p, const char *fmt, ...)
 }
 
 void progress_counts(progress *p, long started, long total, long running, long done,
-                     long failed)
+                     long failed, long cancelled)
 {
-    progress_set(p, "[%ld/%ld] running %ld \xc2\xb7 done %ld \xc2\xb7 failed %ld", started, total,
-                 running, done, failed);
+    if (cancelled > 0)
+        progress_set(p, "[%ld/%ld] running %ld \xc2\xb7 done %ld \xc2\xb7 failed %ld \xc2\xb7 "
+                     "cancelled %ld", started, total, running, done, failed, cancelled);
+    else
+        progress_set(p, "[%ld/%ld] running %ld \xc2\xb7 done %ld \xc2\xb7 failed %ld", started,
+                     total, running, done, failed);
 }
 
 void progress_say(progress *p, const char *fmt, ...)

@@ -33,9 +33,12 @@ void progress_init(progress *p, FILE *f, int tty, double interval_s);
 void progress_set(progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The same with the time given (seconds on any monotonic scale): for tests. */
 void progress_line(progress *p, const char *line, double now_s);
-/* The line every run-counting wait shows: "[STARTED/TOTAL] running R · done D · failed F". */
+/* The line every run-counting wait shows: "[STARTED/TOTAL] running R · done D · failed F",
+ * followed by " · cancelled C" when C > 0.  `failed` counts failed and timed-out runs;
+ * cancelled runs are counted apart, since a cancel is a user's decision, not a failure.
+ * The part stays away when nothing was cancelled, so the usual line is unchanged. */
 void progress_counts(progress *p, long started, long total, long running, long done,
-                     long failed);
+                     long failed, long cancelled);
 /* A message on a line of its own ("hearth: " + printf format), above the progress line. */
 void progress_say(progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Finishes: on a terminal the open line gets its newline. */

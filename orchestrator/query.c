@@ -60,6 +60,8 @@ int query_runs(hearth_db *db, const query_opts *o, FILE *out, long *n_rows, hear
     int rc = qsql_filter(q, o->filter, "filter", err);
     if (!rc && o->experiment)
         rc = qsql_experiment(q, o->experiment, err);
+    else if (!rc && !o->archived)
+        qsql_hide_archived(q);
     if (!rc)
         rc = qsql_columns(q, o->columns ? o->columns : default_columns, "--columns", err);
     if (!rc && o->order && *o->order)

@@ -29,6 +29,8 @@ typedef struct {
     const char *columns;      /* "a,b,c" or NULL: run_id, experiment, state, tokens_per_s,
                                  step_ms_median, mfu, peak_mem_bytes, final_loss */
     report_format format;
+    int archived;             /* also runs of archived experiments (shown anyway when
+                                 `experiment` names one) */
 } query_opts;
 
 /* hearth query.  *n_rows (may be NULL) receives the number of rows written. */

@@ -100,6 +100,7 @@ struct qsql {
     size_t n_filters;
     char *experiment;       /* qsql_experiment, or NULL */
     char *state;            /* qsql_state, or NULL */
+    int hide_archived;      /* qsql_hide_archived */
     qref order_first;       /* the first order key, when order_set */
     int order_set;
     int order_first_desc;
@@ -654,6 +655,11 @@ int qsql_experiment(qsql *q, const char *experiment, hearth_err *err)
     return set_str(&q->experiment, experiment, err);
 }
 
+void qsql_hide_archived(qsql *q)
+{
+    q->hide_archived = 1;
+}
+
 int qsql_state(qsql *q, const char *state, hearth_err *err)
 {
     return set_str(&q->state, state, err);
@@ -1043,6 +1049,9 @@ int qsql_prepare(qsql *q, sqlite3_stmt **out, hearth_err *err)
             rc = herr_set(err, HERR_NOMEM, "out of memory");
         sb_add(&where, " AND r.state = ?%d", n);
     }
+    /* Every shape of the statement joins experiments as e. */
+    if (rc == 0 && q->hide_archived)
+        sb_add(&where, " AND e.archived_at IS NULL");
 
     sbuf s = {0};
     sb_add(&s, "SELECT r.id");

@@ -35,6 +35,8 @@ void qsql_free(qsql *q);
 int qsql_filter(qsql *q, const char *expr_text, const char *name, hearth_err *err);
 /* Restricts to one experiment's runs. */
 int qsql_experiment(qsql *q, const char *experiment, hearth_err *err);
+/* Leaves out the runs of archived experiments (`hearth archive`). */
+void qsql_hide_archived(qsql *q);
 /* Restricts to runs in state `state` (bound). */
 int qsql_state(qsql *q, const char *state, hearth_err *err);
 /* Adds an output column; `label` (may be NULL: the name) is its header. */

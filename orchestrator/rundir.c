@@ -1,4 +1,5 @@
 /* rundir.c - a run directory's files.  See rundir.h. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -42,6 +43,62 @@ int rundir_mkdirs(const char *path, hearth_err *err)
     if (stat(path, &st) || !S_ISDIR(st.st_mode))
         return herr_set(err, HERR_IO, "%s: not a directory", path);
     return 0;
+}
+
+/* Removes every entry of the directory open as `dfd` (closed here), depth first.  Works on
+ * descriptors and never follows a symbolic link: a link is removed, not what it names. */
+static int remove_entries(int dfd, const char *path, hearth_err *err)
+{
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        int e = errno;
+        close(dfd);
+        return herr_set(err, HERR_IO, "%s: %s", path, strerror(e));
+    }
+    int rc = 0;
+    struct dirent *de;
+    while (!rc && (errno = 0, de = readdir(d))) {
+        const char *name = de->d_name;
+        if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+            continue;
+        char child[4200];
+        if ((size_t)snprintf(child, sizeof child, "%s/%s", path, name) >= sizeof child) {
+            rc = herr_set(err, HERR_IO, "%s/%s: path too long", path, name);
+            break;
+        }
+        struct stat st;
+        if (fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW)) {
+            if (errno != ENOENT)
+                rc = herr_set(err, HERR_IO, "%s: %s", child, strerror(errno));
+            continue;
+        }
+        if (S_ISDIR(st.st_mode)) {
+            int sub = openat(dirfd(d), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub < 0)
+                rc = herr_set(err, HERR_IO, "%s: %s", child, strerror(errno));
+            else
+                rc = remove_entries(sub, child, err);
+            if (!rc && unlinkat(dirfd(d), name, AT_REMOVEDIR) && errno != ENOENT)
+                rc = herr_set(err, HERR_IO, "%s: %s", child, strerror(errno));
+        } else if (unlinkat(dirfd(d), name, 0) && errno != ENOENT) {
+            rc = herr_set(err, HERR_IO, "%s: %s", child, strerror(errno));
+        }
+    }
+    if (!rc && errno)
+        rc = herr_set(err, HERR_IO, "%s: %s", path, strerror(errno));
+    closedir(d);
+    return rc;
+}
+
+int rundir_remove_tree(const char *path, hearth_err *err)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : herr_set(err, HERR_IO, "%s: %s", path, strerror(errno));
+    int rc = remove_entries(fd, path, err);
+    if (!rc && rmdir(path) && errno != ENOENT)
+        rc = herr_set(err, HERR_IO, "%s: %s", path, strerror(errno));
+    return rc;
 }
 
 int rundir_write_file(const char *path, const char *data, size_t len, int mode,

@@ -94,6 +94,10 @@ int rundir_archive_attempt(const char *run_dir, int attempt, int keep_outputs,
 
 /* mkdir -p. */
 int rundir_mkdirs(const char *path, hearth_err *err);
+/* rm -r: removes `path` and everything under it without following symbolic links (a link
+ * is removed, never what it points to).  A missing path is fine.  On an error the part not
+ * yet removed stays, and the message names the entry that could not be removed. */
+int rundir_remove_tree(const char *path, hearth_err *err);
 /* Writes `len` bytes atomically (temporary file + rename) with mode `mode`. */
 int rundir_write_file(const char *path, const char *data, size_t len, int mode,
                       hearth_err *err);

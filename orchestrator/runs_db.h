@@ -133,4 +133,60 @@ int runs_db_count_by_hash(hearth_db *db, const char *experiment, const char *has
 int runs_db_count_by_hashes(hearth_db *db, const char *experiment, const char *const *hashes,
                             size_t n, long *completed, long *active, hearth_err *err);
 
+/* ---- experiments as a user manages them (runs_db_experiment.c) ------------------------------
+ *
+ * An experiment can be archived (hidden from `hearth status` and `hearth query` unless
+ * asked for; nothing is removed), tagged, and removed.  Each call is one transaction. */
+
+/* What runs_db_experiment_remove removed. */
+typedef struct {
+    long runs;                /* runs, with their history, config keys, metrics and results */
+    long decisions;           /* `auto` decisions recorded for its points (select.h) */
+} experiment_removed;
+
+/* Removes experiment `name` with every run and everything recorded about them (the schema
+ * cascades: history, config keys, metrics, results, tags), and the decisions made for its
+ * points.  Layer benchmarks ingested from its runs stay (they lose the link to the run).
+ * Refused with HERR_RUNTIME, changing nothing, while some of its runs are submitted or
+ * running: their jobs are alive and would report to a database that no longer knows them
+ * (cancel them first).  No such experiment: HERR_CONFIG.  `out` may be NULL.  Run
+ * directories are files, not the database's: the caller decides about them. */
+int runs_db_experiment_remove(hearth_db *db, const char *name, experiment_removed *out,
+                              hearth_err *err);
+
+/* Archives (archived != 0) or unarchives the experiment.  *changed (may be NULL) is 0 when
+ * it was so already.  No such experiment: HERR_CONFIG. */
+int runs_db_experiment_archive(hearth_db *db, const char *name, int archived, int *changed,
+                               hearth_err *err);
+
+/* A tag is 1 to 64 characters of [A-Za-z0-9._:@+-], not starting with '-' (so that it
+ * never reads as an option); else HERR_CONFIG naming it. */
+int runs_db_tag_check(const char *tag, hearth_err *err);
+/* Adds (add != 0) or removes a tag of the experiment.  *changed (may be NULL) is 0 when
+ * the experiment had it already / did not have it.  HERR_CONFIG for an unknown experiment
+ * or a malformed tag. */
+int runs_db_experiment_tag(hearth_db *db, const char *name, const char *tag, int add,
+                           int *changed, hearth_err *err);
+
+/* An experiment as `hearth status` lists it.  Strings are malloc'd (NULL when unset). */
+typedef struct {
+    char *name;
+    char *created_at;
+    char *archived_at;        /* NULL: not archived */
+    char *tags;               /* "a,b", sorted; NULL when it has none */
+    long counts[RUN_STATE_COUNT];
+} experiment_info;
+
+typedef struct {
+    int archived;             /* also list archived experiments */
+    const char *tag;          /* only experiments with this tag; NULL: any */
+} experiment_filter;
+
+/* The experiments `f` selects (NULL: those not archived), in the order they were created,
+ * read from one snapshot.  *out is a malloc'd array of *n (NULL when none); free it with
+ * runs_db_experiment_list_free. */
+int runs_db_experiment_list(hearth_db *db, const experiment_filter *f, experiment_info **out,
+                            size_t *n, hearth_err *err);
+void runs_db_experiment_list_free(experiment_info *v, size_t n);
+
 #endif

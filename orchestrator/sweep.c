@@ -68,12 +68,13 @@ long sweep_in_flight(const long c[])
 static void show_progress(sweeper *sw)
 {
     sweep_result *r = sw->res;
-    long failed = r->failed + r->timeout + r->cancelled;
-    long started = r->completed + failed + (long)sw->nfl;
+    long failed = r->failed + r->timeout;
+    long started = r->completed + failed + r->cancelled + (long)sw->nfl;
     long total = started + (long)(sw->qn - sw->qi);
     if (total == 0 && !sw->prog.line[0])
         return;   /* nothing to run: no "[0/0]" line */
-    progress_counts(&sw->prog, started, total, (long)sw->nfl, r->completed, failed);
+    progress_counts(&sw->prog, started, total, (long)sw->nfl, r->completed, failed,
+                    r->cancelled);
 }
 
 static void say(sweeper *sw, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -403,7 +403,7 @@ static void sequence(const fixture *f, long fail_at, outcome *o)
     o->first[STEP_QUERY] = oom_calls;
     query_opts qo = { "train.lr >= 2e-3 and final_loss < 7 or train.seed == 9", "oom",
                       "-tokens_per_s", 0, "run_id,state,train.lr,train.seed,final_loss",
-                      REPORT_CSV };
+                      REPORT_CSV, 0 };
     long rows = 0;
     o->rc = query_runs(db, &qo, qout, &rows, &err);
     oom_disarm();

@@ -105,12 +105,16 @@ static void test_counts_and_quiet(void **state)
     assert_non_null(f);
     progress p;
     progress_init(&p, f, 0, 0);
-    progress_counts(&p, 4, 5, 1, 3, 0);
-    progress_counts(&p, 4, 5, 1, 3, 0);   /* unchanged, no interval: nothing */
-    progress_counts(&p, 5, 5, 0, 5, 0);
+    progress_counts(&p, 4, 5, 1, 3, 0, 0);
+    progress_counts(&p, 4, 5, 1, 3, 0, 0);   /* unchanged, no interval: nothing */
+    progress_counts(&p, 5, 5, 0, 5, 0, 0);
+    /* A cancelled run is counted as cancelled, not as failed. */
+    progress_counts(&p, 5, 5, 0, 3, 1, 1);
     fclose(f);
     assert_string_equal(out, "[4/5] running 1 \xc2\xb7 done 3 \xc2\xb7 failed 0\n"
-                             "[5/5] running 0 \xc2\xb7 done 5 \xc2\xb7 failed 0\n");
+                             "[5/5] running 0 \xc2\xb7 done 5 \xc2\xb7 failed 0\n"
+                             "[5/5] running 0 \xc2\xb7 done 3 \xc2\xb7 failed 1 \xc2\xb7 "
+                             "cancelled 1\n");
     free(out);
     progress_init(&p, NULL, 1, 1);   /* quiet: every call a no-op */
     progress_set(&p, "x %d", 1);

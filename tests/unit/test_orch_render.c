@@ -2,7 +2,7 @@
  * inert shell word (random byte strings decoded back by a POSIX single-quote reader and by
  * /bin/sh itself), template errors name their line, raw values are not re-scanned, run.yaml
  * reads back to the same config hash, job.json round-trips, exit codes and attempt
- * archiving. */
+ * archiving, removing a run tree without following its links. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -392,6 +392,63 @@ static void test_exit_code_and_archive(void **state)
     free(d);
 }
 
+/* rundir_remove_tree (`hearth rm --delete-runs`): a random tree goes whole; symbolic links
+ * in it are removed, never followed (what they point to outside stays); a missing path is
+ * fine; an entry that cannot be removed stops it with the entry named. */
+static void test_remove_tree(void **state)
+{
+    (void)state;
+    tu_rng r = tu_rng_fresh();
+    char *outside = make_dir(), *d = make_dir();
+    write_text(outside, "precious", "keep me\n");
+    char tree[600], path[700];
+    snprintf(tree, sizeof tree, "%s/exp", d);
+    hearth_err err;
+    int dirs = tu_randint(&r, 1, 6);
+    for (int i = 0; i < dirs; i++) {
+        snprintf(path, sizeof path, "%s/run-%d/attempt-1/deeper", tree, i);
+        assert_int_equal(rundir_mkdirs(path, &err), 0);
+        snprintf(path, sizeof path, "%s/run-%d", tree, i);
+        write_text(path, "stdout.log", "x");
+        snprintf(path, sizeof path, "%s/run-%d/attempt-1/deeper", tree, i);
+        for (int k = tu_randint(&r, 0, 5); k > 0; k--) {
+            char name[32];
+            snprintf(name, sizeof name, ".f%d", k);
+            write_text(path, name, "y");
+        }
+    }
+    snprintf(path, sizeof path, "%s/link-to-dir", tree);
+    assert_int_equal(symlink(outside, path), 0);
+    char target[700];
+    snprintf(target, sizeof target, "%s/precious", outside);
+    snprintf(path, sizeof path, "%s/run-0/link-to-file", tree);
+    assert_int_equal(symlink(target, path), 0);
+    assert_int_equal(rundir_remove_tree(tree, &err), 0);
+    assert_int_equal(access(tree, F_OK), -1);
+    assert_int_equal(access(target, F_OK), 0);
+    assert_int_equal(rundir_remove_tree(tree, &err), 0);   /* missing: fine */
+
+    /* A directory whose entries cannot be removed (not for root, who may anyway). */
+    if (geteuid() != 0) {
+        snprintf(path, sizeof path, "%s/locked/inner", tree);
+        assert_int_equal(rundir_mkdirs(path, &err), 0);
+        write_text(path, "f", "z");
+        assert_int_equal(chmod(path, 0555), 0);
+        assert_int_equal(rundir_remove_tree(tree, &err), HERR_IO);
+        assert_non_null(strstr(err.msg, "/locked/inner/f"));
+        snprintf(path, sizeof path, "%s/locked/inner/f", tree);
+        assert_int_equal(access(path, F_OK), 0);
+        snprintf(path, sizeof path, "%s/locked/inner", tree);
+        assert_int_equal(chmod(path, 0755), 0);
+        assert_int_equal(rundir_remove_tree(tree, &err), 0);
+        assert_int_equal(access(tree, F_OK), -1);
+    }
+    rm_rf(d);
+    rm_rf(outside);
+    free(d);
+    free(outside);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -402,6 +459,7 @@ int main(void)
         cmocka_unit_test(test_rundir_write_read),
         cmocka_unit_test(test_rundir_hash_mismatch),
         cmocka_unit_test(test_exit_code_and_archive),
+        cmocka_unit_test(test_remove_tree),
     };
     return cmocka_run_group_tests_name("orch_render", tests, NULL, NULL);
 }

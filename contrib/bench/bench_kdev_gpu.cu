@@ -82,7 +82,7 @@ static void row(bench *b, const char *name, int per_step, double gbytes, double 
     b->step_ms += ms * per_step;
     char gbs[32] = "", tfs[32] = "";
     if (gbytes > 0)
-        snprintf(gbs, sizeof gbs, "%.0f", gbytes / ms);
+        snprintf(gbs, sizeof gbs, "%.0f", gbytes / ms * 1e3);
     if (gflop > 0)
         snprintf(tfs, sizeof tfs, "%.0f", gflop / ms);
     printf("| %s | %.3f | %d | %.1f | %s | %s |\n", name, ms, per_step, ms * per_step, gbs, tfs);

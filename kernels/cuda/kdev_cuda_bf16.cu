@@ -60,17 +60,39 @@ static int aligned(const void *p, size_t bytes)
     return ((uintptr_t)p & (bytes - 1)) == 0;
 }
 
-/* dst[r * pitch + c] = src[r * cols + c]; the pad columns [cols, pitch) get zeros. */
+/* dst[r * pitch + c] = src[r * cols + c]; the pad columns [cols, pitch) get zeros.  Rows
+ * on the grid's y (a grid-stride loop past 65535), columns on x: no per-element division. */
 __global__ void cuda_to_bf16_pitched_kernel(__nv_bfloat16 *dst, const float *src, size_t rows,
                                             int cols, int pitch)
 {
-    size_t n = rows * (size_t)pitch;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        size_t r = i / (size_t)pitch;
-        int c = (int)(i - r * (size_t)pitch);
-        dst[i] = __float2bfloat16_rn(c < cols ? src[r * (size_t)cols + c] : 0.0f);
+    for (size_t r = blockIdx.y; r < rows; r += gridDim.y) {
+        const float *in = src + r * (size_t)cols;
+        __nv_bfloat16 *o = dst + r * (size_t)pitch;
+        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < pitch;
+             c += gridDim.x * blockDim.x)
+            o[c] = __float2bfloat16_rn(c < cols ? in[c] : 0.0f);
     }
+}
+
+/* dst[r * cols + c] = src[r * pitch + c] for c < cols (fp32): a pitched block back into
+ * packed rows. */
+__global__ void cuda_unpitch_kernel(float *dst, const float *src, size_t rows, int cols,
+                                    int pitch)
+{
+    for (size_t r = blockIdx.y; r < rows; r += gridDim.y) {
+        const float *in = src + r * (size_t)pitch;
+        float *o = dst + r * (size_t)cols;
+        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols;
+             c += gridDim.x * blockDim.x)
+            o[c] = in[c];
+    }
+}
+
+/* The grid of a rows x cols kernel above. */
+static dim3 rows_grid(size_t rows, int cols)
+{
+    unsigned x = (unsigned)((cols + CVT_THREADS - 1) / CVT_THREADS);
+    return dim3(x ? x : 1, (unsigned)(rows < 65535 ? rows : 65535));
 }
 
 int cuda_to_bf16_pitched(kdev *d, kcuda_bf16 *dst, int pitch, const float *src, size_t rows,
@@ -78,10 +100,18 @@ int cuda_to_bf16_pitched(kdev *d, kcuda_bf16 *dst, int pitch, const float *src, 
 {
     if (rows == 0 || cols <= 0)
         return 0;
-    size_t n = rows * (size_t)pitch;
-    cuda_to_bf16_pitched_kernel<<<cuda_blocks(n, CVT_THREADS), CVT_THREADS, 0,
-                                  cuda_stream(d)>>>((__nv_bfloat16 *)dst, src, rows, cols,
-                                                    pitch);
+    cuda_to_bf16_pitched_kernel<<<rows_grid(rows, pitch), CVT_THREADS, 0, cuda_stream(d)>>>(
+        (__nv_bfloat16 *)dst, src, rows, cols, pitch);
+    return cuda_launched(d, op);
+}
+
+int cuda_unpitch(kdev *d, float *dst, const float *src, size_t rows, int cols, int pitch,
+                 const char *op)
+{
+    if (rows == 0 || cols <= 0)
+        return 0;
+    cuda_unpitch_kernel<<<rows_grid(rows, cols), CVT_THREADS, 0, cuda_stream(d)>>>(
+        dst, src, rows, cols, pitch);
     return cuda_launched(d, op);
 }
 

@@ -65,9 +65,13 @@ __global__ void cuda_ce_grad_kernel(float *dlogits, const float *logits, const d
     float *dx = dlogits + (size_t)r * Vl;
     double l = lse[r];
     int t = targets[r] - v0; /* outside [0, Vl): not this slice's */
+    /* The exponent's argument in double (x - lse cancels), the exponential in fp32: the
+     * double exp made this memory-bound pass compute-bound (4.7 ms for 16384 x 50257 on
+     * an H100); the result differs from the reference's by fp32 rounding. */
+    float g = (float)dl;
     for (int j = threadIdx.x; j < Vl; j += CE_THREADS) {
-        double p = exp((double)x[j] - l);
-        dx[j] = (float)(dl * (j == t ? p - 1.0 : p));
+        float p = expf((float)((double)x[j] - l));
+        dx[j] = g * (j == t ? p - 1.0f : p);
     }
 }
 

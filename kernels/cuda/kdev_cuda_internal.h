@@ -188,6 +188,9 @@ CUDA_PRIVATE int cuda_from_bf16(kdev *d, float *dst, const kcuda_bf16 *src, size
 /* src [rows, cols] into dst with rows `pitch` >= cols elements apart, pad zeroed. */
 CUDA_PRIVATE int cuda_to_bf16_pitched(kdev *d, kcuda_bf16 *dst, int pitch, const float *src,
                                       size_t rows, int cols, const char *op);
+/* dst [rows, cols] (fp32, packed) = the first cols columns of src, rows `pitch` apart. */
+CUDA_PRIVATE int cuda_unpitch(kdev *d, float *dst, const float *src, size_t rows, int cols,
+                              int pitch, const char *op);
 CUDA_PRIVATE int cuda_carve_bf16(kdev *d, kcuda_bf16 **p, const size_t *count, int n,
                                  const char *op);
 

@@ -339,7 +339,7 @@ static int test_memory(struct tctx *t)
     size_t n = 1000;
     float *hsrc = hrand(t, n, -3, 3);
     struct dp src = dp_make(t, hsrc, n * 4), cp = dp_nan(t, n), two = dp_nan(t, 5 * 16);
-    struct dp one = dp_nan(t, 8), zf = dp_rand(t, n, -1, 1);
+    struct dp one = dp_nan(t, 8), zf = dp_rand(t, n, -1, 1), three = dp_nan(t, 5 * 16);
     if (t->bad)
         return 1;
     for (int k = 0; k < 2; k++) {
@@ -347,6 +347,8 @@ static int test_memory(struct tctx *t)
         CK(kdev_copy(d, cp.p[k], src.p[k], n * sizeof(float)));
         /* 5 rows of 24 bytes: from rows 40 bytes apart to rows 64 bytes apart */
         CK(kdev_copy_2d(d, two.p[k], 64, src.p[k], 40, 24, 5));
+        /* 16-byte rows and pitches (the cuda backend's own kernel) */
+        CK(kdev_copy_2d(d, three.p[k], 64, src.p[k], 48, 32, 5));
         /* one row: pitches smaller than the width are fine */
         CK(kdev_copy_2d(d, one.p[k], 4, FP(src, k) + 3, 4, 32, 1));
         CK(kdev_zero(d, FP(zf, k) + 100, 300 * sizeof(float)));
@@ -360,6 +362,7 @@ static int test_memory(struct tctx *t)
     }
     f += cmp_bits(t, "copy", cp);
     f += cmp_bits(t, "copy_2d", two);
+    f += cmp_bits(t, "copy_2d_16", three);
     f += cmp_bits(t, "copy_2d_1row", one);
     f += cmp_bits(t, "zero_fill", zf);
     const char *hw = kdev_hw_name(t->d[1]);
@@ -734,7 +737,10 @@ static int test_bf16(struct tctx *t)
     f += mm_case(t, "bf16.96x200x136", 96, 200, 136);
     f += mm_case(t, "bf16.M1", 1, 40, 24);
     f += mm_case(t, "bf16.37x67x53", 37, 67, 53);   /* K % 8: the fp32-operand path */
-    f += mm_case(t, "bf16.40x64x53", 40, 64, 53);   /* odd N: dout rows padded to 56 */
+    f += mm_case(t, "bf16.40x64x53", 40, 64, 53);   /* odd N: dout rows padded to 56, the
+                                                      forward through 56 output columns */
+    /* N % 4 with more rows than one block of the padded forward (2^26 / 48008 = 1397) */
+    f += mm_case(t, "bf16.1400x8x48001", 1400, 8, 48001);
     f += att_case(t, "bf16.c64", lens, 4, 4, 2, 64, 1, 1);
     f += att_case(t, "bf16.n80", lens, 4, 4, 2, 80, 0, 1);
     f += att_case(t, "bf16.c128", lens2, 3, 2, 2, 128, 1, 0);

@@ -93,6 +93,20 @@ static int hash_ok(const char *h)
     return 1;
 }
 
+/* A run's config hash checked and its config JSON parsed into *config (the caller's). */
+static int config_parse(const char *hash, const char *json, json_t **config, hearth_err *err)
+{
+    if (!hash_ok(hash))
+        return herr_set(err, HERR_CONFIG, "config hash '%s' is not 64 lowercase hex digits",
+                        hash ? hash : "");
+    json_error_t jerr;
+    *config = json_loads(json, JSON_REJECT_DUPLICATES, &jerr);
+    if (!*config)
+        return herr_set(err, HERR_CONFIG, "run config JSON:%d:%d: %s", jerr.line, jerr.column,
+                        jerr.text);
+    return 0;
+}
+
 static int insert_run(hearth_db *db, const run_new *r, json_t *config, char **run_id,
                       int64_t *pk, hearth_err *err)
 {
@@ -157,15 +171,11 @@ int runs_db_insert(hearth_db *db, const run_new *r, char **run_id, int64_t *pk,
         *run_id = NULL;
     if (!r->experiment || !r->config_json)
         return herr_set(err, HERR_CONFIG, "a run needs an experiment and a config");
-    if (!hash_ok(r->config_hash))
-        return herr_set(err, HERR_CONFIG, "config hash '%s' is not 64 lowercase hex digits",
-                        r->config_hash ? r->config_hash : "");
-    json_error_t jerr;
-    json_t *config = json_loads(r->config_json, JSON_REJECT_DUPLICATES, &jerr);
-    if (!config)
-        return herr_set(err, HERR_CONFIG, "run config JSON:%d:%d: %s", jerr.line, jerr.column,
-                        jerr.text);
-    int rc = db_tx_begin(db, err);
+    json_t *config;
+    int rc = config_parse(r->config_hash, r->config_json, &config, err);
+    if (rc)
+        return rc;
+    rc = db_tx_begin(db, err);
     if (rc == 0)
         rc = db_tx_end(db, insert_run(db, r, config, run_id, pk, err), err);
     json_decref(config);
@@ -224,15 +234,11 @@ int runs_db_restore(hearth_db *db, const run_restore *r, hearth_err *err)
         (unsigned)r->state >= RUN_STATE_COUNT)
         return herr_set(err, HERR_CONFIG, "a restored run needs an experiment, an id, a "
                         "number, a config and a state");
-    if (!hash_ok(r->config_hash))
-        return herr_set(err, HERR_CONFIG, "config hash '%s' is not 64 lowercase hex digits",
-                        r->config_hash ? r->config_hash : "");
-    json_error_t jerr;
-    json_t *config = json_loads(r->config_json, JSON_REJECT_DUPLICATES, &jerr);
-    if (!config)
-        return herr_set(err, HERR_CONFIG, "run config JSON:%d:%d: %s", jerr.line, jerr.column,
-                        jerr.text);
-    int rc = db_tx_begin(db, err);
+    json_t *config;
+    int rc = config_parse(r->config_hash, r->config_json, &config, err);
+    if (rc)
+        return rc;
+    rc = db_tx_begin(db, err);
     if (rc == 0)
         rc = db_tx_end(db, restore_run(db, r, config, err), err);
     json_decref(config);

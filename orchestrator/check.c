@@ -36,28 +36,6 @@ int check_figure_find(const char *name, size_t len)
     return -1;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-void check_stats_of(double *v, size_t n, check_stats *out)
-{
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (isfinite(v[i]))
-            v[k++] = v[i];
-    out->n = k;
-    out->median = out->min = out->max = NAN;
-    if (!k)
-        return;
-    qsort(v, k, sizeof *v, cmp_double);
-    out->min = v[0];
-    out->max = v[k - 1];
-    out->median = k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
-}
-
 void check_tols_unset(check_tols *t)
 {
     for (int f = 0; f < CHECK_N_FIGURES; f++)

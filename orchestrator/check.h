@@ -45,13 +45,6 @@ const check_figure_info *check_figure_get(check_figure f);
 /* The figure named by the first `len` bytes of `name`, or -1. */
 int check_figure_find(const char *name, size_t len);
 
-/* The median, min and max of the finite values among v[0..n); `n` is how many there
- * were (all three NaN when none).  v is reordered. */
-typedef struct {
-    size_t n;
-    double median, min, max;
-} check_stats;
-void check_stats_of(double *v, size_t n, check_stats *out);
 
 /* Tolerances per figure: a percentage >= 0, CHECK_TOL_OFF, or CHECK_TOL_UNSET (the next
  * layer decides: the command line over a reference point over the reference file over

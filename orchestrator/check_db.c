@@ -98,7 +98,7 @@ static void acc_finish(figure_acc *a, check_point *p)
 {
     p->n_runs = a->n;
     for (int f = 0; f < CHECK_N_FIGURES; f++)
-        check_stats_of(a->v[f], a->n, &p->fig[f]);
+        stats_summarize(a->v[f], a->n, &p->fig[f]);
     a->n = 0;
 }
 

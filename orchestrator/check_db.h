@@ -18,6 +18,7 @@
 
 #include "check.h"
 #include "db.h"
+#include "stats.h"
 
 typedef struct {
     char *hash;               /* config hash */
@@ -27,7 +28,7 @@ typedef struct {
                                  "reference"; NULL when none */
     char *first_created;      /* the created_at of the point's first run in its experiment */
     size_t n_runs;            /* completed runs with a result (0: none completed) */
-    check_stats fig[CHECK_N_FIGURES];
+    stats_summary fig[CHECK_N_FIGURES];
     check_tols tols;          /* a reference point's own tolerances (else all unset) */
 } check_point;
 

@@ -45,7 +45,7 @@ static report_cell int_cell(size_t n)
 }
 
 /* The spread of repeats relative to their median, in percent (NaN with fewer than two). */
-static double spread_pct(const check_stats *s)
+static double spread_pct(const stats_summary *s)
 {
     if (s->n < 2 || !isfinite(s->min) || !isfinite(s->max) || s->median == 0)
         return NAN;
@@ -77,13 +77,13 @@ static int write_row(report *r, report_format fmt, const check_point *p, const c
         c[COL_BASE_RUNS] = int_cell(base->n_runs);
     if (fig >= 0) {
         c[COL_FIGURE] = text_cell(check_figure_get((check_figure)fig)->name);
-        const check_stats *s = &p->fig[fig];
+        const stats_summary *s = &p->fig[fig];
         c[COL_MEDIAN] = real_cell(s->median);
         c[COL_MIN] = real_cell(s->min);
         c[COL_MAX] = real_cell(s->max);
         c[COL_SPREAD] = real_cell(shown_pct(spread_pct(s), fmt));
         if (base) {
-            const check_stats *b = &base->fig[fig];
+            const stats_summary *b = &base->fig[fig];
             c[COL_BASE_MEDIAN] = real_cell(b->median);
             c[COL_BASE_MIN] = real_cell(b->min);
             c[COL_BASE_MAX] = real_cell(b->max);

@@ -7,6 +7,7 @@
 
 #include "query.h"
 #include "runs_db.h"
+#include "stats.h"
 #include "strbuf.h"
 
 /* At most this many varying config keys make up a config's label. */
@@ -46,12 +47,6 @@ static int grow(void **arr, size_t n, size_t *cap, size_t size)
     *arr = g;
     *cap = c;
     return 0;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 static int read_runs(hearth_db *db, int64_t exp, run_row **out, size_t *n, hearth_err *err)
@@ -224,14 +219,11 @@ static int group_configs(hearth_db *db, int64_t exp, const run_row *runs, size_t
             if (isfinite(runs[j].tps))
                 tps[c->n_tps++] = runs[j].tps;
         }
-        c->tps_min = c->tps_median = c->tps_max = NAN;
-        if (c->n_tps) {
-            qsort(tps, c->n_tps, sizeof *tps, cmp_double);
-            c->tps_min = tps[0];
-            c->tps_max = tps[c->n_tps - 1];
-            c->tps_median = c->n_tps % 2 ? tps[c->n_tps / 2]
-                                         : (tps[c->n_tps / 2 - 1] + tps[c->n_tps / 2]) / 2;
-        }
+        stats_summary st;
+        stats_summarize(tps, c->n_tps, &st);
+        c->tps_min = st.min;
+        c->tps_median = st.median;
+        c->tps_max = st.max;
     }
     if (!rc)
         rc = group_families(db, runs, first, d, err);

@@ -7,16 +7,13 @@
 
 #include <jansson.h>
 
-static int dbl_cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "stats.h"
 
 static double median(double *v, size_t n)
 {
-    qsort(v, n, sizeof *v, dbl_cmp);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    stats_summary s;
+    stats_summarize(v, n, &s);
+    return s.median;
 }
 
 static const char *device_name(device_kind d)
@@ -94,9 +91,11 @@ static int add_cand(select_enc_result *out, size_t *cap, const run_config *c,
     k->embedding_bytes = pc.embedding_bytes;
     k->n_measured = (int)m;
     if (m) {
-        k->measured = median(scratch, m);
-        k->measured_min = scratch[0];
-        k->measured_max = scratch[m - 1];
+        stats_summary st;
+        stats_summarize(scratch, m, &st);
+        k->measured = st.median;
+        k->measured_min = st.min;
+        k->measured_max = st.max;
         out->n_measured++;
     }
     k->score = m ? k->measured : k->predicted;

@@ -5,29 +5,20 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "strbuf.h"
+
+/* The text so far; nomem: an append failed (the emitter's handler can only say "stop"). */
 typedef struct {
-    char *buf;
-    size_t len, cap;
+    strbuf b;
     int nomem;
 } out_buf;
 
 static int append(out_buf *o, const char *data, size_t n)
 {
-    if (o->len + n + 1 > o->cap) {
-        size_t cap = o->cap ? o->cap : 1024;
-        while (cap < o->len + n + 1)
-            cap *= 2;
-        char *grown = realloc(o->buf, cap);
-        if (!grown) {
-            o->nomem = 1;
-            return -1;
-        }
-        o->buf = grown;
-        o->cap = cap;
+    if (strbuf_add(&o->b, data, n)) {
+        o->nomem = 1;
+        return -1;
     }
-    memcpy(o->buf + o->len, data, n);
-    o->len += n;
-    o->buf[o->len] = '\0';
     return 0;
 }
 
@@ -123,7 +114,7 @@ int spec_emit(const yaml_tree_node *root, const char *header, char **out, hearth
     }
     yaml_emitter_t em;
     if (o.nomem || !yaml_emitter_initialize(&em)) {
-        free(o.buf);
+        free(o.b.s);
         return herr_set(err, HERR_NOMEM, "out of memory");
     }
     yaml_emitter_set_output(&em, write_handler, &o);
@@ -134,12 +125,12 @@ int spec_emit(const yaml_tree_node *root, const char *header, char **out, hearth
     const char *problem = em.problem;
     yaml_emitter_delete(&em);
     if (rc || o.nomem) {
-        free(o.buf);
+        free(o.b.s);
         if (o.nomem)
             return herr_set(err, HERR_NOMEM, "out of memory");
         return herr_set(err, HERR_RUNTIME, "writing the spec as YAML: %s",
                         problem ? problem : "the emitter failed");
     }
-    *out = o.buf;
+    *out = o.b.s;
     return 0;
 }

@@ -40,14 +40,14 @@ static void test_stats(void **state)
 {
     (void)state;
     double v[] = { 3, NAN, 1, 2, INFINITY };
-    check_stats s;
-    check_stats_of(v, 5, &s);
+    stats_summary s;
+    stats_summarize(v, 5, &s);
     assert_int_equal(s.n, 3);
     assert_true(s.median == 2 && s.min == 1 && s.max == 3);
     double e[] = { 4, 1, 3, 2 };
-    check_stats_of(e, 4, &s);
+    stats_summarize(e, 4, &s);
     assert_true(s.n == 4 && s.median == 2.5 && s.min == 1 && s.max == 4);
-    check_stats_of(e, 0, &s);
+    stats_summarize(e, 0, &s);
     assert_true(s.n == 0 && isnan(s.median) && isnan(s.min) && isnan(s.max));
     /* Random sets against a plain sort: the median is the middle, or the mean of the two. */
     tu_rng r = tu_rng_fresh_noted();
@@ -59,7 +59,7 @@ static void test_stats(void **state)
             if (isfinite(x[i]))
                 ref[k++] = x[i];
         }
-        check_stats_of(x, n, &s);
+        stats_summarize(x, n, &s);
         assert_int_equal(s.n, k);
         if (!k)
             continue;

@@ -3,7 +3,8 @@
  * and what they add up to over a training step of 4 such micro batches: where the step's
  * time goes op by op, without the model around it.  Beside the ops, the raw cuBLASLt
  * GEMMs of the LM head (bf16 operands; fp32 output with the vocabulary's 50257 columns,
- * the same padded to 50264, bf16 output) show what the head's output layout costs.
+ * the same padded to 50264, bf16 output) and of its backward (over 50257 or 50264
+ * columns of the gradient) show what the head's layout costs.
  *
  * Each row: 2 warm-up calls, then REPS calls back to back and one kdev_sync, wall time
  * over REPS (the GPU's throughput for the op, launch gaps included).  Inputs are random;
@@ -121,6 +122,30 @@ static void head_raw(bench *b)
         });
         printf("| %s | %.3f | - | - | | %.0f |\n", x.name, ms, gf / ms);
     }
+    /* the backward's two products from a bf16 dout of 50264-column rows (o reused as it),
+     * over the 50257 real columns or all 50264 (the pad columns zero in the model) */
+    void *dx, *dw;
+    cudaMalloc(&dx, (size_t)N * C * 4);
+    cudaMalloc(&dw, (size_t)Vp * C * 4);
+    bg_fill_bf16(o, (size_t)N * Vp, b->seed++, -1, 1);
+    cudaDeviceSynchronize();
+    struct { const char *name; int n, dinp; } u[] = {
+        {"raw head dinp GEMM, k 50257", V, 1},
+        {"raw head dinp GEMM, k 50264", Vp, 1},
+        {"raw head dW GEMM, n 50257", V, 0},
+        {"raw head dW GEMM, n 50264", Vp, 0},
+    };
+    for (auto &x : u) {
+        float ms = bg_median_ms(k, x.name, 2, REPS, [&]() {
+            return x.dinp ? kcuda_matmul_dinp_bf16_f32out(k, (float *)dx, (kcuda_bf16 *)o, Vp,
+                                                          (kcuda_bf16 *)w, N, C, x.n)
+                          : kcuda_matmul_dweight_bf16_f32out(k, (float *)dw, (kcuda_bf16 *)o,
+                                                             Vp, (kcuda_bf16 *)a, N, C, x.n);
+        });
+        printf("| %s | %.3f | - | - | | %.0f |\n", x.name, ms, gf / ms);
+    }
+    cudaFree(dx);
+    cudaFree(dw);
     cudaFree(a);
     cudaFree(w);
     cudaFree(o);

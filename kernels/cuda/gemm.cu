@@ -220,16 +220,28 @@ static int lt_matmul(kcuda_ctx *ctx, const struct gemm_args *g)
 #define BGRAD_CHUNK_ROWS 256
 #define BGRAD_MAX_CHUNKS 128
 
+/* cvt (optional): the same pass also writes dout in bf16 with rows `pitch` elements apart,
+ * the pad columns [N, pitch) zero (the GEMMs' operand): one read of dout for both. */
 template <typename T>
-__global__ void bias_grad_partial_kernel(float *part, const T *dout, int M, int N, int rows)
+__global__ void bias_grad_partial_kernel(float *part, const T *dout, int M, int N, int rows,
+                                         __nv_bfloat16 *cvt, int pitch)
 {
     int c = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y;
-    if (c >= N)
-        return;
     int r0 = k * rows, r1 = r0 + rows < M ? r0 + rows : M;
+    if (c >= N) {
+        if (cvt && c < pitch)
+            for (int r = r0; r < r1; r++)
+                cvt[(size_t)r * pitch + c] = __float2bfloat16_rn(0.0f);
+        return;
+    }
     float s = 0.0f;
-    for (int r = r0; r < r1; r++)
-        s += kcuda_ld(dout + (size_t)r * N + c);
+#pragma unroll 4
+    for (int r = r0; r < r1; r++) {
+        float v = kcuda_ld(dout + (size_t)r * N + c);
+        s += v;
+        if (cvt)
+            cvt[(size_t)r * pitch + c] = __float2bfloat16_rn(v);
+    }
     part[(size_t)k * N + c] = s;
 }
 
@@ -257,23 +269,29 @@ __global__ void bias_grad_kernel(T *dbias, const T *dout, int M, int N)
     kcuda_st(dbias + c, kcuda_ld(dbias + c) + s);
 }
 
-template <typename T>
-static int bias_grad(kcuda_ctx *ctx, T *dbias, const T *dout, int M, int N)
+/* The row chunking of the two-pass bias gradient: chunks and rows per chunk for M rows. */
+static int bias_chunks(int M, int *rows)
 {
     int chunks = (M + BGRAD_CHUNK_ROWS - 1) / BGRAD_CHUNK_ROWS;
     if (chunks > BGRAD_MAX_CHUNKS)
         chunks = BGRAD_MAX_CHUNKS;
+    *rows = (M + chunks - 1) / chunks;
+    return (M + *rows - 1) / *rows;
+}
+
+template <typename T>
+static int bias_grad(kcuda_ctx *ctx, T *dbias, const T *dout, int M, int N)
+{
+    int rows, chunks = bias_chunks(M, &rows);
     size_t need = sizeof(float) * (size_t)chunks * (size_t)N;
     unsigned cols = (unsigned)((N + 255) / 256);
     if (chunks <= 1 || need > ctx->workspace_bytes) {
         bias_grad_kernel<T><<<cols, 256, 0, ctx->stream>>>(dbias, dout, M, N);
         return kcuda_check_launch(ctx, "bias_grad_kernel");
     }
-    int rows = (M + chunks - 1) / chunks;
-    chunks = (M + rows - 1) / rows;
     float *part = (float *)ctx->workspace;
     bias_grad_partial_kernel<T><<<dim3(cols, (unsigned)chunks), 256, 0, ctx->stream>>>(
-        part, dout, M, N, rows);
+        part, dout, M, N, rows, NULL, 0);
     int rc = kcuda_check_launch(ctx, "bias_grad_partial_kernel");
     if (rc < 0)
         return rc;
@@ -396,6 +414,40 @@ extern "C" int kcuda_matmul_dweight_bf16_f32out(kcuda_ctx *ctx, float *dweight,
     struct gemm_args g = {DT_BF16_F32OUT, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, inp, K, dout,
                           ldd, dweight, K, 1.0f, NULL, 0};
     return lt_matmul(ctx, &g);
+}
+
+extern "C" size_t kcuda_bias_partials_floats(int M, int N)
+{
+    int rows;
+    return M > 0 && N > 0 ? (size_t)bias_chunks(M, &rows) * (size_t)N : 0;
+}
+
+extern "C" int kcuda_bias_partials_to_bf16(kcuda_ctx *ctx, float *part, const float *dout,
+                                           int M, int N, kcuda_bf16 *cvt, int pitch)
+{
+    int rc = check_shape(ctx, "kcuda_bias_partials_to_bf16", M, 1, N);
+    if (rc < 0)
+        return rc;
+    if (pitch < N)
+        return kcuda_fail(ctx, KCUDA_EARG, "kcuda_bias_partials_to_bf16: pitch %d < N %d",
+                          pitch, N);
+    int rows, chunks = bias_chunks(M, &rows);
+    bias_grad_partial_kernel<float><<<dim3((unsigned)((pitch + 255) / 256), (unsigned)chunks),
+                                      256, 0, ctx->stream>>>(part, dout, M, N, rows,
+                                                             (__nv_bfloat16 *)cvt, pitch);
+    return kcuda_check_launch(ctx, "bias_grad_partial_kernel");
+}
+
+extern "C" int kcuda_bias_partials_add(kcuda_ctx *ctx, float *dbias, const float *part, int M,
+                                       int N)
+{
+    int rc = check_shape(ctx, "kcuda_bias_partials_add", M, 1, N);
+    if (rc < 0)
+        return rc;
+    int rows, chunks = bias_chunks(M, &rows);
+    bias_grad_sum_kernel<float><<<(unsigned)((N + 255) / 256), 256, 0, ctx->stream>>>(
+        dbias, part, chunks, N);
+    return kcuda_check_launch(ctx, "bias_grad_sum_kernel");
 }
 
 /* ---- matmul backward with fp32 weight gradients ---------------------------------- */

@@ -97,6 +97,16 @@ int kcuda_matmul_dinp_bf16_f32out(kcuda_ctx *ctx, float *dinp, const kcuda_bf16 
                                   int ldd, const kcuda_bf16 *weight, int M, int K, int N);
 int kcuda_matmul_dweight_bf16_f32out(kcuda_ctx *ctx, float *dweight, const kcuda_bf16 *dout,
                                      int ldd, const kcuda_bf16 *inp, int M, int K, int N);
+/* The bias gradient of kcuda_matmul_backward_f32 in two calls around the GEMMs, its one
+ * pass over the fp32 dout[M,N] also writing the GEMMs' bf16 operand:
+ *   to_bf16: part = the column sums of fixed row chunks (kcuda_bias_partials_floats(M, N)
+ *            floats of device memory, the caller's) and cvt = bf16(dout), rows `pitch`
+ *            >= N apart, pad columns zero;
+ *   add:     dbias[N] += the chunks' sums in order (deterministic). */
+size_t kcuda_bias_partials_floats(int M, int N);
+int kcuda_bias_partials_to_bf16(kcuda_ctx *ctx, float *part, const float *dout, int M, int N,
+                                kcuda_bf16 *cvt, int pitch);
+int kcuda_bias_partials_add(kcuda_ctx *ctx, float *dbias, const float *part, int M, int N);
 
 /* ---- RMSNorm -------------------------------------------------------------------
  * out = inp * rstd * weight, rstd[N] = 1/sqrt(mean(inp^2) + eps) (fp32, saved).

@@ -11,7 +11,8 @@
  * left to the fp32-operand path: HERR_NOALGO before anything is written, so that a GEMM
  * of the pair never fails after the other has added its part); dout, whose rows are N
  * long (a vocabulary of 50257 in the LM head), is converted with its rows padded to a
- * multiple of 8 (zeros), which the GEMMs read through their leading dimension. */
+ * multiple of 8 (zeros), which the GEMMs read through their leading dimension; with a
+ * bias, the same pass over dout sums its columns (kcuda_bias_partials_to_bf16). */
 #include "cuda/kdev_cuda_internal.h"
 
 static int fits(int K)
@@ -99,13 +100,20 @@ int cuda_matmul16_backward(kdev *d, float *dinp, float *dweight, float *dbias,
         return HERR_NOALGO;
     kcuda_ctx *k = cuda_st(d)->k;
     int ldd = pitch8(N);
-    size_t count[3] = { (size_t)M * ldd, dweight ? (size_t)M * K : 0, dinp ? (size_t)N * K : 0 };
-    kcuda_bf16 *b[3];   /* dout, inp, weight */
+    /* dout, inp, weight, and the bias gradient's partial sums (fp32, as bf16 pairs) */
+    size_t count[4] = { (size_t)M * ldd, dweight ? (size_t)M * K : 0, dinp ? (size_t)N * K : 0,
+                        dbias ? 2 * kcuda_bias_partials_floats(M, N) : 0 };
+    kcuda_bf16 *b[4];
+    float *part = NULL;
     int rc = 0;
     if (dinp || dweight) {
-        rc = cuda_carve_bf16(d, b, count, 3, op);
-        if (!rc)
+        rc = cuda_carve_bf16(d, b, count, 4, op);
+        if (!rc && dbias) {   /* dout read once for its conversion and its column sums */
+            part = (float *)b[3];
+            rc = cuda_kc(d, kcuda_bias_partials_to_bf16(k, part, dout, M, N, b[0], ldd), op);
+        } else if (!rc) {
             rc = cuda_to_bf16_pitched(d, b[0], ldd, dout, (size_t)M, N, op);
+        }
         if (!rc && dweight)
             rc = cuda_to_bf16(d, b[1], inp, count[1], op);
         if (!rc && dinp)
@@ -123,7 +131,9 @@ int cuda_matmul16_backward(kdev *d, float *dinp, float *dweight, float *dbias,
         if (rc)   /* dinp is done: finishing in fp32 math would add it twice */
             return cuda_kc(d, rc, op);
     }
-    if (dbias)
+    if (part)   /* added last: a GEMM without an algorithm above has written nothing */
+        rc = cuda_kc(d, kcuda_bias_partials_add(k, dbias, part, M, N), op);
+    else if (dbias)
         rc = cuda_kc(d, kcuda_matmul_backward_f32(k, NULL, NULL, dbias, dout, NULL, NULL, M, K,
                                                   N),
                      op);

@@ -6,7 +6,7 @@
 # Logs go to $OUT (or build/gpu-out).
 #   tests/gpu/run.sh            test + memcheck + benchmark
 #   BENCH=0 tests/gpu/run.sh    test only
-#   BUILD=0 tests/gpu/run.sh    use the build/ already there (built elsewhere and carried)
+#   GPU_MAKE=0 tests/gpu/run.sh use the build/ already there (built elsewhere and carried)
 set -u
 cd "$(dirname "$0")/../.."
 out=${OUT:-build/gpu-out}
@@ -16,7 +16,7 @@ export OMP_WAIT_POLICY=passive
 export HEARTH_CUDA_LIB=$PWD/build/lib/libhearth_cuda.so
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$out/gpu.txt"
 nvcc --version | tail -1
-if [ "${BUILD:-1}" = 1 ] && ! make -j"$(nproc)" gpu-tests >"$out/build.log" 2>&1; then
+if [ "${GPU_MAKE:-1}" = 1 ] && ! make -j"$(nproc)" gpu-tests >"$out/build.log" 2>&1; then
     tail -40 "$out/build.log"
     echo "BUILD FAILED"
     exit 1

@@ -84,16 +84,6 @@ static int check_keys(pctx *x, const yaml_tree_node *n, const char *where,
     return 0;
 }
 
-/* Kinds a component has (fp8.h). */
-static int kind_of_comp(int comp, int kind)
-{
-    if (comp == FP8_COMP_PROJECTOR)
-        return kind == FP8_FC1 || kind == FP8_FC2;
-    if (comp == FP8_COMP_ENCODER)
-        return kind == FP8_QKV || kind == FP8_PROJ || kind == FP8_FC1 || kind == FP8_FC2;
-    return 1;
-}
-
 static int parse_rule(pctx *x, const yaml_tree_node *n, int i, fp8_rule *r)
 {
     static const char *const known[] = { "component", "kind", "tp", "min_tokens",
@@ -122,7 +112,7 @@ static int parse_rule(pctx *x, const yaml_tree_node *n, int i, fp8_rule *r)
         return bad(x, n, key, "missing");
     if ((rc = get_string(x, k, key, &s)))
         return rc;
-    if ((r->kind = fp8_kind_parse(s)) < 0 || !kind_of_comp(r->comp, r->kind))
+    if ((r->kind = fp8_kind_parse(s)) < 0 || !fp8_comp_has_kind(r->comp, r->kind))
         return bad(x, k, key, "%s has no linear kind \"%s\"", fp8_comp_name(r->comp), s);
     snprintf(key, sizeof key, "%s.tp", where);
     const yaml_tree_node *t = yaml_tree_get(n, "tp");
@@ -161,36 +151,10 @@ static int parse_keep(pctx *x, const yaml_tree_node *n, int i, fp8_keep *k)
     int rc = get_string(x, n, key, &s);
     if (rc)
         return rc;
-    *k = (fp8_keep){ FP8_ANY, FP8_ANY, FP8_ANY };
-    char buf[128];
-    snprintf(buf, sizeof buf, "%s", s);
-    char *dot = strchr(buf, '.');
-    if (dot)
-        *dot++ = 0;
-    if (!dot && (k->kind = fp8_kind_parse(buf)) >= 0)
-        return 0;
-    if ((k->comp = fp8_comp_parse(buf)) < 0)
+    if (fp8_keep_parse(s, k))
         return bad(x, n, key, "\"%s\": expected a kind (e.g. lm_head), a component, "
-                   "COMPONENT.KIND or COMPONENT.layers.N|first|last", s);
-    if (!dot)
-        return 0;
-    if (!strncmp(dot, "layers.", 7) && k->comp != FP8_COMP_PROJECTOR) {
-        const char *l = dot + 7;
-        char *end;
-        long v = strtol(l, &end, 10);
-        if (!strcmp(l, "first"))
-            k->layer = 0;
-        else if (!strcmp(l, "last"))
-            k->layer = FP8_LAST_LAYER;
-        else if (*l && !*end && v >= 0 && v < 1000000)
-            k->layer = (int)v;
-        else
-            return bad(x, n, key, "\"%s\": the layer must be an index, first or last", s);
-        return 0;
-    }
-    if ((k->kind = fp8_kind_parse(dot)) < 0 || !kind_of_comp(k->comp, k->kind))
-        return bad(x, n, key, "\"%s\": %s has no linear kind \"%s\"", s,
-                   fp8_comp_name(k->comp), dot);
+                   "COMPONENT.KIND (a kind the component has) or "
+                   "COMPONENT.layers.N (N an index, first or last)", s);
     return 0;
 }
 

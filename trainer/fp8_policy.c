@@ -87,7 +87,8 @@ static int check_keys(pctx *x, const yaml_tree_node *n, const char *where,
 static int parse_rule(pctx *x, const yaml_tree_node *n, int i, fp8_rule *r)
 {
     static const char *const known[] = { "component", "kind", "tp", "min_tokens",
-                                         "max_tokens", "measured_speedup", NULL };
+                                         "max_tokens", "measured_speedup", "measured_err",
+                                         NULL };
     char where[32], key[64];
     snprintf(where, sizeof where, "rules[%d]", i);
     if (n->kind != YAML_TREE_MAP)
@@ -137,6 +138,12 @@ static int parse_rule(pctx *x, const yaml_tree_node *n, int i, fp8_rule *r)
     if ((t = yaml_tree_get(n, "measured_speedup"))) {
         snprintf(key, sizeof key, "%s.measured_speedup", where);
         if ((rc = get_number(x, t, key, &r->speedup)))
+            return rc;
+    }
+    double measured_err;   /* evidence only, as measured_speedup */
+    if ((t = yaml_tree_get(n, "measured_err"))) {
+        snprintf(key, sizeof key, "%s.measured_err", where);
+        if ((rc = get_number(x, t, key, &measured_err)))
             return rc;
     }
     return 0;
@@ -196,8 +203,8 @@ static int parse_scaling(pctx *x, const yaml_tree_node *n, fp8_plan *p)
 static int parse_policy(pctx *x, const yaml_tree_node *root, const char *model_name,
                         const char *model_given, const char *gpu, fp8_plan *p)
 {
-    static const char *const known[] = { "version", "gpu", "model", "threshold", "rules",
-                                         "keep_bf16", "scaling", NULL };
+    static const char *const known[] = { "version", "gpu", "model", "threshold", "max_err",
+                                         "rules", "keep_bf16", "scaling", NULL };
     if (!root || root->kind != YAML_TREE_MAP)
         return bad(x, root, "policy", "expected a mapping (version, gpu, model, threshold, "
                    "rules, keep_bf16)");
@@ -230,6 +237,8 @@ static int parse_policy(pctx *x, const yaml_tree_node *root, const char *model_n
                    model_name);
     double th;
     if ((v = yaml_tree_get(root, "threshold")) && (rc = get_number(x, v, "threshold", &th)))
+        return rc;
+    if ((v = yaml_tree_get(root, "max_err")) && (rc = get_number(x, v, "max_err", &th)))
         return rc;
     if (!(v = yaml_tree_get(root, "rules")))
         return bad(x, root, "rules", "missing (an empty list keeps every linear in high "

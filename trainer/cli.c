@@ -204,10 +204,15 @@ int cli_parse(cli_args *a, int argc, char **argv, hearth_err *err)
             return herr_set(err, HERR_CONFIG, "--check-bootstrap: takes no other option");
         return 0;
     }
-    if (a->plan_memory) {
-        if (a->resume || a->force || a->init_from || a->export_hf || a->export_dtype)
-            return herr_set(err, HERR_CONFIG, "--plan-memory: takes only --config and --set "
-                            "(and ignores --out)");
+    /* the modes that only read a config: no run to resume, start from or export */
+    if (a->plan_memory || a->bench_layers) {
+        const char *mode = a->plan_memory ? "--plan-memory" : "--bench-layers";
+        if (a->resume || a->force || a->init_from || a->export_hf || a->export_dtype ||
+            (a->plan_memory && a->bench_layers))
+            return herr_set(err, HERR_CONFIG, "%s: takes only --config, --set and --out%s",
+                            mode, a->plan_memory ? " (which it ignores)" : "");
+        if (a->bench_layers && !a->out_dir)
+            return herr_set(err, HERR_CONFIG, "--out: missing (the benchmark's directory)");
         if (!a->config && a->n_ovr == 0)
             return herr_set(err, HERR_CONFIG, "--config: missing (give a run config, or at "
                             "least --set model=PRESET)");
@@ -215,15 +220,6 @@ int cli_parse(cli_args *a, int argc, char **argv, hearth_err *err)
     }
     if (!a->out_dir)
         return herr_set(err, HERR_CONFIG, "--out: missing (the run directory is required)");
-    if (a->bench_layers) {
-        if (a->resume || a->force || a->init_from || a->export_hf || a->export_dtype)
-            return herr_set(err, HERR_CONFIG, "--bench-layers: takes only --config, --set "
-                            "and --out");
-        if (!a->config && a->n_ovr == 0)
-            return herr_set(err, HERR_CONFIG, "--config: missing (give a run config, or at "
-                            "least --set model=PRESET)");
-        return 0;
-    }
     if (a->export_dtype && strcmp(a->export_dtype, "f32") && strcmp(a->export_dtype, "bf16"))
         return herr_set(err, HERR_CONFIG, "--export-dtype: %s: expected f32 or bf16",
                         a->export_dtype);

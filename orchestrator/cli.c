@@ -147,6 +147,7 @@ static const hcli_opt select_opts[] = {
       "sequence length (default the run config's)" },
     { "gpu", 0, "NAME", NULL, "fp8: layer benchmarks of this GPU (default the newest set)" },
     { "threshold", 0, "X", NULL, "fp8: least speedup that earns FP8 (default 1.05)" },
+    { "max-err", 0, "E", NULL, "fp8: largest FP8 relative error accepted (default 0.1)" },
     { "allow", 0, "LIST", NULL, "fp8: also allow FP8 for lm_head, router, edges (first and "
       "last decoder layer), comma-separated" },
     { "out", 'o', "FILE", NULL, "fp8: the policy file to write (required)" },
@@ -165,6 +166,8 @@ static const hcli_opt bench_opts[] = {
       "(default as for submit)" },
     { "trainer", 0, "PATH", NULL, "layers: hearth-train to run (default the one beside "
       "hearth)" },
+    { "device", 0, "DEV", "cuda|cpu", "layers: the device to measure on (default cuda; cpu "
+      "times the fp32 reference against the FP8 emulation, for tests)" },
     { NULL, 0, NULL, NULL, NULL },
 };
 

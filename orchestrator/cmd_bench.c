@@ -15,6 +15,7 @@
 #include "trainer_caps.h"
 #include "rundir.h"
 #include "select_db.h"
+#include "select_fp8.h"
 
 static int ingest_files(hearth_db *db, int n, char **files, hearth_err *err)
 {
@@ -24,8 +25,11 @@ static int ingest_files(hearth_db *db, int n, char **files, hearth_err *err)
         int rc = select_bench_ingest(db, files[i], 0, &added, &b, err);
         if (rc)
             return rc;
-        printf("%s: %s on %s, %zu rows%s\n", files[i], b.model, b.gpu, b.n,
+        printf("%s: %s on %s%s%s, %zu rows%s\n", files[i], b.model, b.gpu,
+               b.device[0] ? ", device " : "", b.device, b.n,
                added ? "" : " (already recorded)");
+        if (select_fp8_cpu_warning(&b))
+            fprintf(stderr, "hearth: warning: %s: %s\n", files[i], select_fp8_cpu_warning(&b));
         select_bench_set_free(&b);
     }
     return 0;
@@ -36,8 +40,11 @@ static int bench_layers(hcli_ctx *c, hearth_db *db, hearth_err *err)
     const char *model = hcli_get(c, "model");
     const char *backend = hcli_get(c, "backend") ? hcli_get(c, "backend")
                                                  : ucfg_get(c->cfg, UCFG_BACKEND);
+    const char *device = hcli_get(c, "device") ? hcli_get(c, "device") : "cuda";
     if (!model)
         return herr_set(err, HERR_CONFIG, "--model is required");
+    if (strcmp(device, "cuda") && strcmp(device, "cpu"))
+        return herr_set(err, HERR_CONFIG, "--device %s: expected cuda or cpu", device);
     char trainer[PATH_MAX], dir[PATH_MAX], out[PATH_MAX], help_log[PATH_MAX + 16];
     if (hcli_get(c, "trainer")) {
         snprintf(trainer, sizeof trainer, "%s", hcli_get(c, "trainer"));
@@ -77,10 +84,11 @@ static int bench_layers(hcli_ctx *c, hearth_db *db, hearth_err *err)
         return herr_set(err, HERR_CONFIG, "--backend %s: layer benchmarks run with the local "
                         "backend only so far (run `hearth-train --bench-layers` in a job and "
                         "`hearth bench ingest` its file)", backend);
-    char set_model[300], log[PATH_MAX + 16], file[PATH_MAX + 32];
+    char set_model[300], set_device[32], log[PATH_MAX + 16], file[PATH_MAX + 32];
     snprintf(set_model, sizeof set_model, "model=%s", model);
+    snprintf(set_device, sizeof set_device, "device=%s", device);
     snprintf(log, sizeof log, "%s/bench.log", out);
-    char *argv[] = { trainer, "--bench-layers", "--set", set_model, "--set", "device=cuda",
+    char *argv[] = { trainer, "--bench-layers", "--set", set_model, "--set", set_device,
                      "--out", out, NULL };
     int code = trainer_run_wait(argv, log);
     if (code)
@@ -109,8 +117,10 @@ int cmd_bench(hcli_ctx *c)
         herr_set(&err, HERR_CONFIG, "bench layers takes no FILE");
         return hcli_fail(c, HERR_CONFIG, &err);
     }
-    if (ingest && (hcli_get(c, "model") || hcli_get(c, "backend") || hcli_get(c, "trainer"))) {
-        herr_set(&err, HERR_CONFIG, "--model, --backend and --trainer apply to `bench layers`");
+    if (ingest && (hcli_get(c, "model") || hcli_get(c, "backend") || hcli_get(c, "trainer") ||
+                   hcli_get(c, "device"))) {
+        herr_set(&err, HERR_CONFIG, "--model, --backend, --trainer and --device apply to "
+                 "`bench layers`");
         return hcli_fail(c, HERR_CONFIG, &err);
     }
     hearth_db *db = NULL;

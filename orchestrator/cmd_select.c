@@ -44,28 +44,6 @@ static int parse_double(const char *name, const char *v, double *out, hearth_err
 
 /* ---- select fp8 ------------------------------------------------------------------------ */
 
-static void print_fp8(const select_bench_set *b, const select_fp8_opts *o,
-                      const select_fp8_policy *p, FILE *f)
-{
-    fprintf(f, "layer benchmarks: %s on %s (cuda %s, cublasLt %s), %zu rows; %ld tokens, "
-               "threshold %.3g\n\n", b->model, b->gpu, b->cuda[0] ? b->cuda : "?",
-            b->cublaslt[0] ? b->cublaslt : "?", b->n, o->tokens, o->threshold);
-    fprintf(f, "%-10s %-11s %3s %9s %-17s %s\n", "component", "kind", "tp", "speedup",
-            "measured between", "verdict");
-    for (size_t i = 0; i < p->n; i++) {
-        const select_fp8_eval *e = &p->e[i];
-        char sp[32] = "-", between[40] = "-";
-        if (e->why == FP8_WHY_FASTER || e->why == FP8_WHY_SLOWER) {
-            snprintf(sp, sizeof sp, "%.3f", e->speedup);
-            snprintf(between, sizeof between, "%ld..%ld", e->lo_tokens, e->hi_tokens);
-        } else {
-            snprintf(between, sizeof between, "(%ld..%ld)", e->min_measured, e->max_measured);
-        }
-        fprintf(f, "%-10s %-11s %3d %9s %-17s %s\n", e->component, e->kind, e->tp, sp, between,
-                select_fp8_why_text(e->why));
-    }
-}
-
 static int select_fp8_cmd(hcli_ctx *c, hearth_db *db, hearth_err *err)
 {
     static const char *const other[] = { "gpus", "layout", "device", "global-batch", "repeat",
@@ -77,10 +55,12 @@ static int select_fp8_cmd(hcli_ctx *c, hearth_db *db, hearth_err *err)
         rc = need(c, "seq", err);
     if (!rc)
         rc = need(c, "out", err);
-    select_fp8_opts o = { .threshold = 1.05 };
+    select_fp8_opts o = { .threshold = SELECT_FP8_THRESHOLD, .max_err = SELECT_FP8_MAX_ERR };
     long seq = 0;
     if (!rc && hcli_get(c, "threshold"))
         rc = parse_double("threshold", hcli_get(c, "threshold"), &o.threshold, err);
+    if (!rc && hcli_get(c, "max-err"))
+        rc = parse_double("max-err", hcli_get(c, "max-err"), &o.max_err, err);
     if (!rc)
         rc = hcli_get_long(c, "seq", 0, 1, &seq, err);
     if (!rc)
@@ -106,8 +86,9 @@ static int select_fp8_cmd(hcli_ctx *c, hearth_db *db, hearth_err *err)
     yaml = select_fp8_yaml(&b, &o, &p);
     decision = select_fp8_decision_json(&p);
     evidence = select_fp8_evidence_json(&b, &o, &p);
-    json_t *sj = json_pack("{s:s, s:s, s:I, s:f, s:s}", "model", model, "gpu", b.gpu,
-                           "tokens", (json_int_t)o.tokens, "threshold", o.threshold, "allow",
+    json_t *sj = json_pack("{s:s, s:s, s:I, s:f, s:f, s:s}", "model", model, "gpu", b.gpu,
+                           "tokens", (json_int_t)o.tokens, "threshold", o.threshold,
+                           "max_err", o.max_err, "allow",
                            hcli_get(c, "allow") ? hcli_get(c, "allow") : "");
     subject = sj ? json_dumps(sj, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(sj);
@@ -122,13 +103,15 @@ static int select_fp8_cmd(hcli_ctx *c, hearth_db *db, hearth_err *err)
         rc = select_decision_record(db, &d, &id, err);
     }
     if (!rc) {
-        print_fp8(&b, &o, &p, stdout);
+        if (select_fp8_cpu_warning(&b))
+            fprintf(stderr, "hearth: warning: %s\n", select_fp8_cpu_warning(&b));
+        select_fp8_print(&b, &o, &p, "", stdout);
         if (p.n_rules)
             printf("\n%zu rule%s: FP8 where the speedup holds, bf16 elsewhere; kept bf16: ",
                    p.n_rules, p.n_rules == 1 ? "" : "s");
         else
-            printf("\nno layer kind reaches the threshold: every linear stays bf16; kept "
-                   "bf16: ");
+            printf("\nno layer kind reaches the threshold within the error tolerance: every "
+                   "linear stays bf16; kept bf16: ");
         for (int i = 0; i < p.n_keep; i++)
             printf("%s%s", i ? ", " : "", p.keep_bf16[i]);
         printf("%s\npolicy written to %s (decision %lld)\n", p.n_keep ? "" : "nothing", out,
@@ -280,7 +263,8 @@ static int print_encoder(const select_enc_result *r, report_format fmt, FILE *f,
 
 static int select_encoder_cmd(hcli_ctx *c, hearth_db *db, hearth_err *err)
 {
-    static const char *const other[] = { "threshold", "allow", "out", "gpu", NULL };
+    static const char *const other[] = { "threshold", "max-err", "allow", "out", "gpu",
+                                         NULL };
     int rc = check_only(c, "encoder", other, err);
     if (!rc)
         rc = need(c, "model", err);

@@ -251,6 +251,24 @@ const db_migration db_migrations[] = {
      "-- `hearth status --tag T`: the experiments of a tag.\n"
      "CREATE INDEX experiment_tags_by_tag ON experiment_tags (tag, experiment);\n"
     },
+    {4, "layer_bench_provenance", "0004_layer_bench_provenance.sql",
+     "-- 0004_layer_bench_provenance.sql - what measured a layer benchmark set, and how far the\n"
+     "-- FP8 results were from the baseline (docs/select.md, \"Layer benchmarks\").\n"
+     "--\n"
+     "-- Files written by `hearth-train --bench-layers` say which device ran them ('cpu': the\n"
+     "-- fp32 reference against the FP8 emulation, whose speedups say nothing about a GPU;\n"
+     "-- 'cuda'), which trainer build and when.  Older files have none of it: NULL.\n"
+     "\n"
+     "ALTER TABLE layer_bench_sets ADD COLUMN device TEXT CHECK (device IN ('cpu', 'cuda'));\n"
+     "ALTER TABLE layer_bench_sets ADD COLUMN build TEXT;\n"
+     "-- When the benchmark ran (ISO 8601 UTC, as the file gives it); ingested_at is when it\n"
+     "-- was recorded.\n"
+     "ALTER TABLE layer_bench_sets ADD COLUMN measured_at TEXT;\n"
+     "\n"
+     "-- The FP8 result's relative error against the baseline: the largest relative L2 error of\n"
+     "-- the forward output and of the input and weight gradients.  NULL: not measured.\n"
+     "ALTER TABLE layer_bench ADD COLUMN fp8_err REAL CHECK (fp8_err IS NULL OR fp8_err >= 0);\n"
+    },
 };
 
-const int db_migrations_count = 3;
+const int db_migrations_count = 4;

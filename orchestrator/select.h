@@ -15,6 +15,8 @@ typedef struct {
     long tokens;
     double bf16_ms, fp8_ms;
     int repeats;
+    double fp8_err;         /* the FP8 results' relative error to the baseline; < 0: not
+                               measured (files from before the field) */
 } select_bench_row;
 
 /* A set of rows from one layer_bench.json: one GPU, one model, one software stack. */
@@ -22,6 +24,9 @@ typedef struct {
     char gpu[128];
     char model[256];
     char cuda[64], cublaslt[64];   /* "" when unknown */
+    char device[8];                /* "cpu" | "cuda" | "" (unknown: older files) */
+    char build[128];               /* the trainer build that measured it, "" unknown */
+    char date[40];                 /* when it was measured (ISO 8601 UTC), "" unknown */
     size_t n;
     select_bench_row *rows;        /* malloc'd */
 } select_bench_set;

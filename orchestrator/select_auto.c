@@ -15,6 +15,7 @@
 #include "select_db.h"
 #include "select_encoder.h"
 #include "select_fp8.h"
+#include "shape/fp8_linears.h"
 
 /* The step-time estimate of one point. */
 typedef struct {
@@ -64,6 +65,7 @@ static void note_free(select_auto_note *n)
     free(n->enc_evidence);
     free(n->fp8_decision);
     free(n->fp8_evidence);
+    free(n->fp8_table);
 }
 
 void select_auto_free(select_auto *a)
@@ -158,6 +160,35 @@ static int resolve_encoder(select_auto *a, run_config *cfg, const select_cost_ra
     return rc;
 }
 
+/* The evidence table of the plan's output (malloc'd; NULL when out of memory). */
+static char *fp8_table(const select_bench_set *b, const select_fp8_opts *o,
+                       const select_fp8_policy *p)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return NULL;
+    select_fp8_print(b, o, p, "      ", f);
+    if (fclose(f)) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+/* How many linears of the point's model the derived policy puts in FP8. */
+static int policy_linears(const select_fp8_policy *p, const run_config *cfg, int *used,
+                          hearth_err *err)
+{
+    fp8_plan plan;
+    int rc = select_fp8_plan(p, &plan, err);
+    if (!rc)
+        *used = fp8_plan_count(&plan, cfg);
+    fp8_plan_clear(&plan);
+    return rc;
+}
+
 static int resolve_fp8(select_auto *a, run_config *cfg, select_auto_note *n, hearth_err *err)
 {
     cfg->precision.fp8 = FP8_OFF;
@@ -168,8 +199,22 @@ static int resolve_fp8(select_auto *a, run_config *cfg, select_auto_note *n, hea
                  "in the database (`hearth bench ingest`)", cfg->model_preset);
         return 0;
     }
-    select_fp8_opts o = { .threshold = 1.05 };
-    o.tokens = (long)cfg->train.seq_len * cfg->train.micro_batch;
+    /* speedups of one device say nothing about another (and the trainer refuses a
+     * policy measured elsewhere) */
+    int cpu_set = select_fp8_cpu_warning(&a->bench) != NULL;
+    if (cpu_set != (cfg->device == DEVICE_CPU)) {
+        snprintf(n->fp8, sizeof n->fp8, "precision.fp8=off: the newest layer benchmarks of "
+                 "model %.100s ran on %.60s, this point runs on %s", cfg->model_preset,
+                 a->bench.gpu, cfg->device == DEVICE_CPU ? "the cpu" : "a GPU");
+        return 0;
+    }
+    select_fp8_opts o = { .threshold = SELECT_FP8_THRESHOLD, .max_err = SELECT_FP8_MAX_ERR };
+    /* each component at the token count its linears see (what the trainer matches) */
+    fp8_micro_tokens mt;
+    fp8_micro_tokens_of(cfg, &mt);
+    o.tokens = (long)mt.decoder;
+    o.encoder_tokens = (long)mt.encoder;
+    o.projector_tokens = (long)mt.projector;
     select_fp8_policy p;
     int rc = select_fp8_derive(&a->bench, &o, &p, err);
     if (rc)
@@ -177,13 +222,32 @@ static int resolve_fp8(select_auto *a, run_config *cfg, select_auto_note *n, hea
     n->fp8_method = "measured";
     n->fp8_decision = select_fp8_decision_json(&p);
     n->fp8_evidence = select_fp8_evidence_json(&a->bench, &o, &p);
+    if (cpu_set)
+        n->fp8_warning = select_fp8_cpu_warning(&a->bench);
+    n->fp8_table = fp8_table(&a->bench, &o, &p);
     char *yaml = p.n_rules ? select_fp8_yaml(&a->bench, &o, &p) : NULL;
-    if (!n->fp8_decision || !n->fp8_evidence || (p.n_rules && !yaml)) {
+    int used = -1;   /* linears of this point the policy puts in FP8 */
+    if (p.n_rules && !(rc = policy_linears(&p, cfg, &used, err)) && used == 0) {
+        /* a policy that changes nothing: say so, and run as what it is */
+        free(n->fp8_decision);
+        n->fp8_decision = strdup("{\"fp8\":\"off\",\"reason\":\"the policy matches no "
+                                 "linear of the point\"}");
+        n->fp8_warning = "the selective FP8 policy from the layer benchmarks matches no "
+                         "linear of this point (component, kind, tp and token range, after "
+                         "keep_bf16): resolved to off";
+    }
+    if (rc) {
+        /* reported below */
+    } else if (!n->fp8_decision || !n->fp8_evidence || !n->fp8_table || (p.n_rules && !yaml)) {
         rc = herr_set(err, HERR_NOMEM, "out of memory");
+    } else if (used == 0) {
+        snprintf(n->fp8, sizeof n->fp8, "precision.fp8=off: the %zu rule%s from layer "
+                 "benchmarks on %.60s at %ld tokens match no linear of this point",
+                 p.n_rules, p.n_rules == 1 ? "" : "s", a->bench.gpu, o.tokens);
     } else if (!p.n_rules) {
         snprintf(n->fp8, sizeof n->fp8, "precision.fp8=off: no layer kind reaches speedup %.2f "
-                 "at %ld tokens in the layer benchmarks on %.60s", o.threshold, o.tokens,
-                 a->bench.gpu);
+                 "within error %.3g at %ld tokens in the layer benchmarks on %.60s",
+                 o.threshold, o.max_err, o.tokens, a->bench.gpu);
     } else {
         unsigned char md[SHA256_DIGEST_LENGTH];
         SHA256((const unsigned char *)yaml, strlen(yaml), md);
@@ -410,6 +474,10 @@ int select_auto_print(select_auto *a, const plan_result *r, FILE *f, hearth_err 
             fprintf(f, "    %s\n", n->encoder);
         if (n->fp8[0])
             fprintf(f, "    %s\n", n->fp8);
+        if (n->fp8_warning)
+            fprintf(f, "    warning: %s\n", n->fp8_warning);
+        if (n->fp8_table)
+            fputs(n->fp8_table, f);
     }
     double hours = 0;
     long from_runs = 0, from_model = 0;

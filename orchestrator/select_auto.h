@@ -45,6 +45,8 @@ typedef struct {
     char encoder[256], fp8[256];   /* "" when not auto */
     char *subject;                 /* JSON texts for the decisions table */
     char *enc_decision, *enc_evidence, *fp8_decision, *fp8_evidence;
+    char *fp8_table;               /* the fp8 evidence as printed lines (NULL: none) */
+    const char *fp8_warning;       /* static text printed as a warning (NULL: none) */
     const char *enc_method, *fp8_method;
 } select_auto_note;
 const select_auto_note *select_auto_note_of(const select_auto *a, uint64_t index);

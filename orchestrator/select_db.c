@@ -33,6 +33,29 @@ static int header_str(const char *file, json_t *root, const char *key, char *out
                     optional ? " or null" : "");
 }
 
+/* device: absent (older files), or what --bench-layers writes. */
+static int header_device(const char *file, const char *device, hearth_err *err)
+{
+    if (!device[0] || !strcmp(device, "cpu") || !strcmp(device, "cuda"))
+        return 0;
+    return herr_set(err, HERR_CONFIG, "%s: device: expected cpu or cuda, got \"%s\"", file,
+                    device);
+}
+
+/* fp8_err: absent or null (not measured: -1), else a number >= 0. */
+static int row_err(const char *file, size_t i, json_t *row, double *out, hearth_err *err)
+{
+    json_t *v = json_object_get(row, "fp8_err");
+    *out = -1;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_number(v) || !(json_number_value(v) >= 0) || json_number_value(v) > 1e12)
+        return herr_set(err, HERR_CONFIG, "%s: rows[%zu].fp8_err: expected a relative error "
+                        ">= 0 or null", file, i);
+    *out = json_number_value(v);
+    return 0;
+}
+
 static int row_int(const char *file, size_t i, json_t *row, const char *key, long min,
                    long *out, hearth_err *err)
 {
@@ -84,6 +107,11 @@ int select_bench_parse(const char *file, const char *text, size_t len, select_be
              !(rc = header_str(file, root, "cuda", out->cuda, sizeof out->cuda, 1, err)) &&
              !(rc = header_str(file, root, "cublaslt", out->cublaslt, sizeof out->cublaslt, 1,
                                err)) &&
+             !(rc = header_str(file, root, "device", out->device, sizeof out->device, 1,
+                               err)) &&
+             !(rc = header_str(file, root, "build", out->build, sizeof out->build, 1, err)) &&
+             !(rc = header_str(file, root, "date", out->date, sizeof out->date, 1, err)) &&
+             !(rc = header_device(file, out->device, err)) &&
              (!json_is_array(rows) || json_array_size(rows) == 0))
         rc = herr_set(err, HERR_CONFIG, "%s: rows: expected a non-empty array", file);
     if (!rc && !(out->rows = calloc(json_array_size(rows), sizeof *out->rows)))
@@ -112,6 +140,8 @@ int select_bench_parse(const char *file, const char *text, size_t len, select_be
             rc = row_ms(file, i, r, "fp8_ms", &b->fp8_ms, err);
         if (!rc && !(rc = row_int(file, i, r, "repeats", 1, &repeats, err)))
             b->repeats = (int)repeats;
+        if (!rc)
+            rc = row_err(file, i, r, &b->fp8_err, err);
         if (!rc)
             out->n++;
     }
@@ -155,8 +185,9 @@ int select_bench_ingest(hearth_db *db, const char *path, int64_t run, int *added
     rc = found < 0 ? found : 0;
     if (!rc && !found) {
         if (!(rc = db_prepare(db, "INSERT INTO layer_bench_sets (run, source, content_sha256, "
-                              "gpu, model, cuda_version, cublaslt_version) VALUES "
-                              "(?1, ?2, ?3, ?4, ?5, ?6, ?7)", &st, err))) {
+                              "gpu, model, cuda_version, cublaslt_version, device, build, "
+                              "measured_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                              &st, err))) {
             if (run > 0)
                 sqlite3_bind_int64(st, 1, run);
             sqlite3_bind_text(st, 2, path, -1, SQLITE_STATIC);
@@ -167,14 +198,18 @@ int select_bench_ingest(hearth_db *db, const char *path, int64_t run, int *added
                 sqlite3_bind_text(st, 6, b.cuda, -1, SQLITE_STATIC);
             if (b.cublaslt[0])
                 sqlite3_bind_text(st, 7, b.cublaslt, -1, SQLITE_STATIC);
+            const char *opt[3] = { b.device, b.build, b.date };
+            for (int k = 0; k < 3; k++)
+                if (opt[k][0])
+                    sqlite3_bind_text(st, 8 + k, opt[k], -1, SQLITE_STATIC);
             rc = db_step_done(db, st, "recording a layer benchmark", err);
         }
         int64_t set_id = sqlite3_last_insert_rowid(db_sqlite(db));
         for (size_t i = 0; !rc && i < b.n; i++) {
             const select_bench_row *r = &b.rows[i];
             if ((rc = db_prepare(db, "INSERT INTO layer_bench (bench, component, kind, tp, "
-                                 "tokens, bf16_ms, fp8_ms, repeats) VALUES "
-                                 "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)", &st, err)))
+                                 "tokens, bf16_ms, fp8_ms, repeats, fp8_err) VALUES "
+                                 "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)", &st, err)))
                 break;
             sqlite3_bind_int64(st, 1, set_id);
             sqlite3_bind_text(st, 2, r->component, -1, SQLITE_STATIC);
@@ -184,6 +219,8 @@ int select_bench_ingest(hearth_db *db, const char *path, int64_t run, int *added
             sqlite3_bind_double(st, 6, r->bf16_ms);
             sqlite3_bind_double(st, 7, r->fp8_ms);
             sqlite3_bind_int(st, 8, r->repeats);
+            if (r->fp8_err >= 0)
+                sqlite3_bind_double(st, 9, r->fp8_err);
             int step = sqlite3_step(st);
             if ((step & 0xff) == SQLITE_CONSTRAINT)
                 rc = herr_set(err, HERR_CONFIG, "%s: rows[%zu]: %s %s tp %d tokens %ld is "
@@ -210,7 +247,8 @@ int select_bench_load(hearth_db *db, const char *model, const char *gpu,
     memset(out, 0, sizeof *out);
     sqlite3_stmt *st;
     int rc = db_prepare(db, "SELECT id, gpu, model, coalesce(cuda_version, ''), "
-                        "coalesce(cublaslt_version, '') FROM layer_bench_sets WHERE model = ?1 "
+                        "coalesce(cublaslt_version, ''), coalesce(device, ''), coalesce(build, ''), "
+                        "coalesce(measured_at, '') FROM layer_bench_sets WHERE model = ?1 "
                         "AND (?2 IS NULL OR gpu = ?2) ORDER BY id DESC LIMIT 1", &st, err);
     if (rc)
         return rc;
@@ -227,9 +265,12 @@ int select_bench_load(hearth_db *db, const char *model, const char *gpu,
     snprintf(out->model, sizeof out->model, "%s", (const char *)sqlite3_column_text(st, 2));
     snprintf(out->cuda, sizeof out->cuda, "%s", (const char *)sqlite3_column_text(st, 3));
     snprintf(out->cublaslt, sizeof out->cublaslt, "%s", (const char *)sqlite3_column_text(st, 4));
+    snprintf(out->device, sizeof out->device, "%s", (const char *)sqlite3_column_text(st, 5));
+    snprintf(out->build, sizeof out->build, "%s", (const char *)sqlite3_column_text(st, 6));
+    snprintf(out->date, sizeof out->date, "%s", (const char *)sqlite3_column_text(st, 7));
     db_stmt_done(st);
     if ((rc = db_prepare_int64(db, "SELECT component, kind, tp, tokens, bf16_ms, fp8_ms, "
-                               "repeats FROM layer_bench WHERE bench = ?1 ORDER BY id", id, &st,
+                               "repeats, coalesce(fp8_err, -1) FROM layer_bench WHERE bench = ?1 ORDER BY id", id, &st,
                                err)))
         return rc;
     size_t cap = 0;
@@ -251,6 +292,7 @@ int select_bench_load(hearth_db *db, const char *model, const char *gpu,
         r->bf16_ms = sqlite3_column_double(st, 4);
         r->fp8_ms = sqlite3_column_double(st, 5);
         r->repeats = sqlite3_column_int(st, 6);
+        r->fp8_err = sqlite3_column_double(st, 7);
     }
     rc = db_rows_end(db, s, "reading layer benchmark rows", err);
     db_stmt_done(st);

@@ -57,6 +57,7 @@ const char *select_fp8_why_text(select_fp8_why w)
     case FP8_WHY_SLOWER: return "bf16: speedup below threshold";
     case FP8_WHY_OUT_OF_RANGE: return "bf16: token count outside the measured range";
     case FP8_WHY_EXCLUDED: return "bf16: kept (not in --allow)";
+    case FP8_WHY_ERROR: return "bf16: fp8 error above the tolerance";
     }
     return "?";
 }
@@ -80,6 +81,18 @@ static int same_group(const select_bench_row *a, const select_bench_row *b)
            a->tp == b->tp;
 }
 
+static double speedup(const select_bench_row *r) { return r->bf16_ms / r->fp8_ms; }
+
+/* The larger of two errors, where < 0 is unknown (a known error wins). */
+static double worse_err(double a, double b) { return a > b ? a : b; }
+
+/* Whether a measured count earns FP8 on its own: fast enough, error within tolerance
+ * (or not measured). */
+static int row_ok(const select_bench_row *r, const select_fp8_opts *o)
+{
+    return speedup(r) >= o->threshold && r->fp8_err <= o->max_err;
+}
+
 /* Evaluates one group: rows r[0..n) of one (component, kind, tp), sorted by tokens, with
  * distinct token counts (a repeated count keeps its slower fp8 row: conservative). */
 static void eval_group(const select_bench_row *r, size_t n, const select_fp8_opts *o,
@@ -97,6 +110,10 @@ static void eval_group(const select_bench_row *r, size_t n, const select_fp8_opt
         return;
     }
     long t = o->tokens;
+    if (strcmp(e->component, "encoder") == 0 && o->encoder_tokens > 0)
+        t = o->encoder_tokens;
+    else if (strcmp(e->component, "projector") == 0 && o->projector_tokens > 0)
+        t = o->projector_tokens;
     if (t < r[0].tokens || t > r[n - 1].tokens) {
         e->why = FP8_WHY_OUT_OF_RANGE;
         return;
@@ -104,26 +121,32 @@ static void eval_group(const select_bench_row *r, size_t n, const select_fp8_opt
     size_t j = 0;   /* last measured count <= t */
     while (j + 1 < n && r[j + 1].tokens <= t)
         j++;
-    double sj = r[j].bf16_ms / r[j].fp8_ms;
+    double sj = speedup(&r[j]);
     e->lo_tokens = e->hi_tokens = r[j].tokens;
     e->speedup = sj;
+    e->err = r[j].fp8_err;
     if (r[j].tokens < t) {
-        double sk = r[j + 1].bf16_ms / r[j + 1].fp8_ms;
+        double sk = speedup(&r[j + 1]);
         e->hi_tokens = r[j + 1].tokens;
         if (sk < sj)
             e->speedup = sk;
+        e->err = worse_err(e->err, r[j + 1].fp8_err);
     }
     if (e->speedup < o->threshold) {
         e->why = FP8_WHY_SLOWER;
         return;
     }
+    if (e->err > o->max_err) {
+        e->why = FP8_WHY_ERROR;
+        return;
+    }
     e->why = FP8_WHY_FASTER;
-    /* The range around t over which every measured count keeps the threshold; the
-     * bracket's counts do (the conservative speedup is their minimum). */
+    /* The range around t over which every measured count keeps the threshold and the
+     * tolerance; the bracket's counts do (the conservative figures are theirs). */
     size_t lo = j, hi = r[j].tokens < t ? j + 1 : j;
-    while (lo > 0 && r[lo - 1].bf16_ms / r[lo - 1].fp8_ms >= o->threshold)
+    while (lo > 0 && row_ok(&r[lo - 1], o))
         lo--;
-    while (hi + 1 < n && r[hi + 1].bf16_ms / r[hi + 1].fp8_ms >= o->threshold)
+    while (hi + 1 < n && row_ok(&r[hi + 1], o))
         hi++;
     e->min_tokens = r[lo].tokens;
     e->max_tokens = r[hi].tokens;
@@ -135,6 +158,8 @@ int select_fp8_derive(const select_bench_set *b, const select_fp8_opts *o,
     memset(out, 0, sizeof *out);
     if (!(o->threshold > 0))
         return herr_set(err, HERR_CONFIG, "--threshold: expected a number > 0");
+    if (!(o->max_err > 0))
+        return herr_set(err, HERR_CONFIG, "--max-err: expected a number > 0");
     if (o->tokens < 1)
         return herr_set(err, HERR_CONFIG, "the token count must be >= 1");
     select_bench_row *r = malloc((b->n ? b->n : 1) * sizeof *r);
@@ -153,8 +178,10 @@ int select_fp8_derive(const select_bench_set *b, const select_fp8_opts *o,
     size_t u = 0;
     for (size_t i = 0; i < m; i++) {
         if (u && same_group(&r[u - 1], &r[i]) && r[u - 1].tokens == r[i].tokens) {
-            if (r[i].bf16_ms / r[i].fp8_ms < r[u - 1].bf16_ms / r[u - 1].fp8_ms)
+            double e = worse_err(r[u - 1].fp8_err, r[i].fp8_err);
+            if (speedup(&r[i]) < speedup(&r[u - 1]))
                 r[u - 1] = r[i];
+            r[u - 1].fp8_err = e;
             continue;
         }
         r[u++] = r[i];
@@ -211,8 +238,14 @@ char *select_fp8_yaml(const select_bench_set *b, const select_fp8_opts *o,
     yaml_str(f, b->gpu);
     fprintf(f, "\nmodel: ");
     yaml_str(f, b->model);
-    fprintf(f, "\nthreshold: %.17g\n# selected for %ld tokens per micro batch\n", o->threshold,
-            o->tokens);
+    fprintf(f, "\nthreshold: %.17g\nmax_err: %.17g\n# selected for %ld tokens per micro batch",
+            o->threshold, o->max_err, o->tokens);
+    if (o->encoder_tokens > 0 || o->projector_tokens > 0)
+        fprintf(f, " (encoder %ld patches, projector %ld units)", o->encoder_tokens,
+                o->projector_tokens);
+    fputc('\n', f);
+    if (select_fp8_cpu_warning(b))
+        fprintf(f, "# measured on the cpu: %s\n", select_fp8_cpu_warning(b));
     fprintf(f, "rules:%s\n", p->n_rules ? "" : " []");
     for (size_t i = 0; i < p->n; i++) {
         const select_fp8_eval *e = &p->e[i];
@@ -221,8 +254,11 @@ char *select_fp8_yaml(const select_bench_set *b, const select_fp8_opts *o,
         /* the trainer's components: experts are linears of the decoder */
         const char *comp = strcmp(e->component, "experts") == 0 ? "decoder" : e->component;
         fprintf(f, "  - {component: %s, kind: %s, tp: %d, min_tokens: %ld, max_tokens: %ld, "
-                   "measured_speedup: %.4f}\n", comp, e->kind, e->tp, e->min_tokens,
+                   "measured_speedup: %.4f", comp, e->kind, e->tp, e->min_tokens,
                 e->max_tokens, e->speedup);
+        if (e->err >= 0)
+            fprintf(f, ", measured_err: %.4g", e->err);
+        fprintf(f, "}\n");
     }
     fprintf(f, "keep_bf16: [");
     for (int i = 0; i < p->n_keep; i++)
@@ -243,8 +279,9 @@ static json_t *eval_json(const select_fp8_eval *e)
         return NULL;
     json_object_set_new(o, "measured_tokens", json_pack("[I, I]", (json_int_t)e->min_measured,
                                                         (json_int_t)e->max_measured));
-    if (e->why == FP8_WHY_FASTER || e->why == FP8_WHY_SLOWER) {
+    if (e->why == FP8_WHY_FASTER || e->why == FP8_WHY_SLOWER || e->why == FP8_WHY_ERROR) {
         json_object_set_new(o, "speedup", json_real(e->speedup));
+        json_object_set_new(o, "fp8_err", e->err >= 0 ? json_real(e->err) : json_null());
         json_object_set_new(o, "between", json_pack("[I, I]", (json_int_t)e->lo_tokens,
                                                      (json_int_t)e->hi_tokens));
     }
@@ -279,10 +316,48 @@ char *select_fp8_evidence_json(const select_bench_set *b, const select_fp8_opts 
     json_t *groups = json_array();
     for (size_t i = 0; i < p->n; i++)
         json_array_append_new(groups, eval_json(&p->e[i]));
-    json_t *ev = json_pack("{s:s, s:s, s:s, s:s, s:f, s:I, s:o}", "gpu", b->gpu, "model",
-                           b->model, "cuda", b->cuda, "cublaslt", b->cublaslt, "threshold",
-                           o->threshold, "tokens", (json_int_t)o->tokens, "groups", groups);
+    json_t *ev = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:f, s:f, s:I, s:o}", "gpu",
+                           b->gpu, "model", b->model, "cuda", b->cuda, "cublaslt", b->cublaslt,
+                           "device", b->device, "build", b->build, "date", b->date,
+                           "threshold", o->threshold, "max_err", o->max_err, "tokens",
+                           (json_int_t)o->tokens, "groups", groups);
     char *s = ev ? json_dumps(ev, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(ev);
     return s;
+}
+
+const char *select_fp8_cpu_warning(const select_bench_set *b)
+{
+    if (strcmp(b->device, "cpu") != 0 && strcmp(b->gpu, "cpu") != 0)
+        return NULL;
+    return "these layer benchmarks ran on the cpu (the fp32 reference against the FP8 "
+           "emulation): their speedups say nothing about a GPU";
+}
+
+int select_fp8_plan(const select_fp8_policy *p, fp8_plan *out, hearth_err *err)
+{
+    memset(out, 0, sizeof *out);
+    out->history = FP8_DEFAULT_HISTORY;
+    out->rules = calloc(p->n_rules + 1, sizeof *out->rules);
+    out->keep = calloc((size_t)p->n_keep + 1, sizeof *out->keep);
+    if (!out->rules || !out->keep) {
+        fp8_plan_clear(out);
+        return herr_set(err, HERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < p->n; i++) {
+        const select_fp8_eval *e = &p->e[i];
+        if (e->why != FP8_WHY_FASTER)
+            continue;
+        /* as the policy file writes them: the experts are linears of the decoder */
+        int comp = strcmp(e->component, "experts") == 0 ? FP8_COMP_DECODER
+                                                        : fp8_comp_parse(e->component);
+        out->rules[out->n_rules++] = (fp8_rule){ comp, fp8_kind_parse(e->kind), e->tp,
+                                                 e->min_tokens, e->max_tokens, e->speedup };
+    }
+    for (int i = 0; i < p->n_keep; i++)
+        if (fp8_keep_parse(p->keep_bf16[i], &out->keep[out->n_keep++])) {
+            fp8_plan_clear(out);
+            return herr_set(err, HERR_RUNTIME, "keep_bf16: %s is no name", p->keep_bf16[i]);
+        }
+    return 0;
 }

@@ -11,6 +11,7 @@ void cli_usage(FILE *f)
           "       hearth-train --set model=PRESET [--set KEY=VALUE]... --out DIR\n"
           "       hearth-train --resume RUN_DIR --out RUN_DIR [--set KEY=VALUE]...\n"
           "       hearth-train --plan-memory [--config FILE] [--set KEY=VALUE]...\n"
+          "       hearth-train --bench-layers [--config FILE] [--set KEY=VALUE]... --out DIR\n"
           "       hearth-train --check-bootstrap\n"
           "       hearth-train --help | --version\n"
           "\n"
@@ -42,6 +43,13 @@ void cli_usage(FILE *f)
           "  --plan-memory      print the predicted peak memory per pipeline stage and rank\n"
           "                     (parameters, gradients, optimizer, activations, ...;\n"
           "                     docs/memory.md) and exit without training or writing DIR\n"
+          "  --bench-layers     time forward + backward of each linear layer kind of the\n"
+          "                     run's model at its shapes and tp, at token counts around\n"
+          "                     the micro batch's, baseline against FP8 (quantisation\n"
+          "                     included), with the FP8 results' relative error; writes\n"
+          "                     DIR/layer_bench.json (docs/select.md) and trains nothing.\n"
+          "                     On device cpu: the fp32 reference against the FP8\n"
+          "                     emulation (the speedups say nothing about a GPU)\n"
           "  --capabilities     print what this build can run, as one JSON line\n"
           "                     ({\"devices\": [\"cpu\", \"cuda\"]}: cuda when its backend\n"
           "                     library is installed beside the program) and exit\n"
@@ -166,6 +174,8 @@ int cli_parse(cli_args *a, int argc, char **argv, hearth_err *err)
             a->force = 1;
         } else if (!strcmp(arg, "--plan-memory")) {
             a->plan_memory = 1;
+        } else if (!strcmp(arg, "--bench-layers")) {
+            a->bench_layers = 1;
         } else if (!strcmp(arg, "--capabilities")) {
             a->capabilities = 1;
         } else if (string_option(a, argc, argv, &i, err, &rc)) {
@@ -194,10 +204,15 @@ int cli_parse(cli_args *a, int argc, char **argv, hearth_err *err)
             return herr_set(err, HERR_CONFIG, "--check-bootstrap: takes no other option");
         return 0;
     }
-    if (a->plan_memory) {
-        if (a->resume || a->force || a->init_from || a->export_hf || a->export_dtype)
-            return herr_set(err, HERR_CONFIG, "--plan-memory: takes only --config and --set "
-                            "(and ignores --out)");
+    /* the modes that only read a config: no run to resume, start from or export */
+    if (a->plan_memory || a->bench_layers) {
+        const char *mode = a->plan_memory ? "--plan-memory" : "--bench-layers";
+        if (a->resume || a->force || a->init_from || a->export_hf || a->export_dtype ||
+            (a->plan_memory && a->bench_layers))
+            return herr_set(err, HERR_CONFIG, "%s: takes only --config, --set and --out%s",
+                            mode, a->plan_memory ? " (which it ignores)" : "");
+        if (a->bench_layers && !a->out_dir)
+            return herr_set(err, HERR_CONFIG, "--out: missing (the benchmark's directory)");
         if (!a->config && a->n_ovr == 0)
             return herr_set(err, HERR_CONFIG, "--config: missing (give a run config, or at "
                             "least --set model=PRESET)");

@@ -7,6 +7,7 @@
  *   hearth-train ... --force                              (replace DIR's earlier results)
  *   hearth-train ... --init-from HF_DIR --export-hf DIR   (Hugging Face checkpoints)
  *   hearth-train --plan-memory --config FILE [--set KEY=VALUE]...  (plan_memory.h)
+ *   hearth-train --bench-layers --config FILE --out DIR   (bench_layers.h)
  *   hearth-train --check-bootstrap                        (see bootstrap.h)
  *   hearth-train --help | --version
  *
@@ -35,6 +36,8 @@ typedef struct {
                                   --out (refused without it, or --resume) */
     int check_bootstrap;       /* --check-bootstrap: no --out or config needed */
     int capabilities;          /* --capabilities: print what the build runs, exit */
+    int bench_layers;          /* --bench-layers: the layer benchmark into DIR, no
+                                  training (bench_layers.h) */
     int plan_memory;           /* --plan-memory: print the memory plan, train nothing;
                                   --out is not needed (and not created when given) */
 } cli_args;

@@ -84,20 +84,11 @@ static int check_keys(pctx *x, const yaml_tree_node *n, const char *where,
     return 0;
 }
 
-/* Kinds a component has (fp8.h). */
-static int kind_of_comp(int comp, int kind)
-{
-    if (comp == FP8_COMP_PROJECTOR)
-        return kind == FP8_FC1 || kind == FP8_FC2;
-    if (comp == FP8_COMP_ENCODER)
-        return kind == FP8_QKV || kind == FP8_PROJ || kind == FP8_FC1 || kind == FP8_FC2;
-    return 1;
-}
-
 static int parse_rule(pctx *x, const yaml_tree_node *n, int i, fp8_rule *r)
 {
     static const char *const known[] = { "component", "kind", "tp", "min_tokens",
-                                         "max_tokens", "measured_speedup", NULL };
+                                         "max_tokens", "measured_speedup", "measured_err",
+                                         NULL };
     char where[32], key[64];
     snprintf(where, sizeof where, "rules[%d]", i);
     if (n->kind != YAML_TREE_MAP)
@@ -122,7 +113,7 @@ static int parse_rule(pctx *x, const yaml_tree_node *n, int i, fp8_rule *r)
         return bad(x, n, key, "missing");
     if ((rc = get_string(x, k, key, &s)))
         return rc;
-    if ((r->kind = fp8_kind_parse(s)) < 0 || !kind_of_comp(r->comp, r->kind))
+    if ((r->kind = fp8_kind_parse(s)) < 0 || !fp8_comp_has_kind(r->comp, r->kind))
         return bad(x, k, key, "%s has no linear kind \"%s\"", fp8_comp_name(r->comp), s);
     snprintf(key, sizeof key, "%s.tp", where);
     const yaml_tree_node *t = yaml_tree_get(n, "tp");
@@ -149,6 +140,12 @@ static int parse_rule(pctx *x, const yaml_tree_node *n, int i, fp8_rule *r)
         if ((rc = get_number(x, t, key, &r->speedup)))
             return rc;
     }
+    double measured_err;   /* evidence only, as measured_speedup */
+    if ((t = yaml_tree_get(n, "measured_err"))) {
+        snprintf(key, sizeof key, "%s.measured_err", where);
+        if ((rc = get_number(x, t, key, &measured_err)))
+            return rc;
+    }
     return 0;
 }
 
@@ -161,36 +158,10 @@ static int parse_keep(pctx *x, const yaml_tree_node *n, int i, fp8_keep *k)
     int rc = get_string(x, n, key, &s);
     if (rc)
         return rc;
-    *k = (fp8_keep){ FP8_ANY, FP8_ANY, FP8_ANY };
-    char buf[128];
-    snprintf(buf, sizeof buf, "%s", s);
-    char *dot = strchr(buf, '.');
-    if (dot)
-        *dot++ = 0;
-    if (!dot && (k->kind = fp8_kind_parse(buf)) >= 0)
-        return 0;
-    if ((k->comp = fp8_comp_parse(buf)) < 0)
+    if (fp8_keep_parse(s, k))
         return bad(x, n, key, "\"%s\": expected a kind (e.g. lm_head), a component, "
-                   "COMPONENT.KIND or COMPONENT.layers.N|first|last", s);
-    if (!dot)
-        return 0;
-    if (!strncmp(dot, "layers.", 7) && k->comp != FP8_COMP_PROJECTOR) {
-        const char *l = dot + 7;
-        char *end;
-        long v = strtol(l, &end, 10);
-        if (!strcmp(l, "first"))
-            k->layer = 0;
-        else if (!strcmp(l, "last"))
-            k->layer = FP8_LAST_LAYER;
-        else if (*l && !*end && v >= 0 && v < 1000000)
-            k->layer = (int)v;
-        else
-            return bad(x, n, key, "\"%s\": the layer must be an index, first or last", s);
-        return 0;
-    }
-    if ((k->kind = fp8_kind_parse(dot)) < 0 || !kind_of_comp(k->comp, k->kind))
-        return bad(x, n, key, "\"%s\": %s has no linear kind \"%s\"", s,
-                   fp8_comp_name(k->comp), dot);
+                   "COMPONENT.KIND (a kind the component has) or "
+                   "COMPONENT.layers.N (N an index, first or last)", s);
     return 0;
 }
 
@@ -232,8 +203,8 @@ static int parse_scaling(pctx *x, const yaml_tree_node *n, fp8_plan *p)
 static int parse_policy(pctx *x, const yaml_tree_node *root, const char *model_name,
                         const char *model_given, const char *gpu, fp8_plan *p)
 {
-    static const char *const known[] = { "version", "gpu", "model", "threshold", "rules",
-                                         "keep_bf16", "scaling", NULL };
+    static const char *const known[] = { "version", "gpu", "model", "threshold", "max_err",
+                                         "rules", "keep_bf16", "scaling", NULL };
     if (!root || root->kind != YAML_TREE_MAP)
         return bad(x, root, "policy", "expected a mapping (version, gpu, model, threshold, "
                    "rules, keep_bf16)");
@@ -266,6 +237,8 @@ static int parse_policy(pctx *x, const yaml_tree_node *root, const char *model_n
                    model_name);
     double th;
     if ((v = yaml_tree_get(root, "threshold")) && (rc = get_number(x, v, "threshold", &th)))
+        return rc;
+    if ((v = yaml_tree_get(root, "max_err")) && (rc = get_number(x, v, "max_err", &th)))
         return rc;
     if (!(v = yaml_tree_get(root, "rules")))
         return bad(x, root, "rules", "missing (an empty list keeps every linear in high "

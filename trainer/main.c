@@ -1,6 +1,7 @@
 /* hearth-train: trains a vision-language model from a run config (see cli.h, run.h). */
 #include <stdio.h>
 
+#include "bench_layers.h"
 #include "bootstrap.h"
 #include "cli.h"
 #include "kdev.h"
@@ -37,6 +38,11 @@ int main(int argc, char **argv)
     }
     if (a.plan_memory) {
         rc = plan_memory_main(&a, stdout, stderr);
+        cli_args_free(&a);
+        return rc;
+    }
+    if (a.bench_layers) {
+        rc = bench_layers_main(&a, stdout, stderr);
         cli_args_free(&a);
         return rc;
     }

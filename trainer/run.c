@@ -11,6 +11,7 @@
 #include "fp8_policy.h"
 #include "outputs.h"
 #include "runlog.h"
+#include "shape/fp8_linears.h"
 #include "summary.h"
 #include "train.h"
 #include "shape/version.h"
@@ -156,6 +157,20 @@ static void log_precision(runlog *log, const run_config *cfg, const trainer *tr)
         runlog_printf(log, "precision.fp8: selective is emulated on device cpu (E4M3/E5M2 "
                       "quantise-dequantise around fp32 GEMMs; rules from %s)",
                       cfg->precision.fp8_policy);
+    if (cfg->precision.fp8 != FP8_SELECTIVE)
+        return;
+    /* A policy for another layout or batch silently trains without FP8: say so.  The
+     * trainer already loaded this policy (trainer_create), so it reads. */
+    fp8_plan plan;
+    hearth_err ignored;
+    if (fp8_plan_from_config(&plan, cfg, TRAIN_CPU_DEVICE_NAME, &ignored) == 0 &&
+        fp8_plan_count(&plan, cfg) == 0)
+        runlog_printf(log, "hearth-train: warning: precision.fp8_policy %s matches no linear "
+                      "of this run (its rules' component, kind, tp and token range against "
+                      "the model's linears at the micro batch's token counts, after "
+                      "keep_bf16): every linear computes without FP8",
+                      cfg->precision.fp8_policy);
+    fp8_plan_clear(&plan);
 }
 
 /* Loads and checks the config and creates the trainer and the summary. */

@@ -91,7 +91,7 @@ static void test_threshold_and_interpolation(void **state)
         size_t n = (size_t)tu_randint(&r, 2, 8);
         make_group(&r, rows, "decoder", "fc1", 1, n, s);
         select_bench_set b = set_of(rows, n);
-        select_fp8_opts o = { .threshold = 0.9 + 0.4 * tu_uniform(&r) };
+        select_fp8_opts o = { .threshold = 0.9 + 0.4 * tu_uniform(&r), .max_err = SELECT_FP8_MAX_ERR };
         /* at a measured count, between two, or outside the range */
         int where = tu_randint(&r, 0, 3);
         size_t i = (size_t)tu_randint(&r, 0, (int)n - 1);
@@ -157,7 +157,7 @@ static void test_conservative_between(void **state)
     for (int i = 0; i < 2; i++)
         rows[i].fp8_ms = rows[i].bf16_ms / s[i];
     select_bench_set b = set_of(rows, 2);
-    select_fp8_opts o = { .threshold = thr, .tokens = (rows[0].tokens + rows[1].tokens) / 2 };
+    select_fp8_opts o = { .threshold = thr, .max_err = SELECT_FP8_MAX_ERR, .tokens = (rows[0].tokens + rows[1].tokens) / 2 };
     select_fp8_policy p;
     hearth_err err = {{0}};
     assert_int_equal(select_fp8_derive(&b, &o, &p, &err), 0);
@@ -188,7 +188,7 @@ static void test_exclusions_and_allow(void **state)
     select_bench_set b = set_of(rows, 6);
     hearth_err err = {{0}};
     for (int mask = 0; mask < 8; mask++) {
-        select_fp8_opts o = { .threshold = 1.05, .tokens = tu_randint(&r, 1024, 8193) };
+        select_fp8_opts o = { .threshold = 1.05, .max_err = SELECT_FP8_MAX_ERR, .tokens = tu_randint(&r, 1024, 8193) };
         o.allow_lm_head = mask & 1;
         o.allow_router = (mask >> 1) & 1;
         o.allow_edges = (mask >> 2) & 1;
@@ -228,7 +228,7 @@ static void test_no_rule_and_file(void **state)
     for (int pass = 0; pass < 2; pass++) {
         double thr = pass ? 0.5 : 2.0;   /* above every speedup, then below every one */
         select_bench_set b = set_of(rows, n);
-        select_fp8_opts o = { .threshold = thr, .tokens = rows[1].tokens };
+        select_fp8_opts o = { .threshold = thr, .max_err = SELECT_FP8_MAX_ERR, .tokens = rows[1].tokens };
         select_fp8_policy p;
         hearth_err err = {{0}};
         assert_int_equal(select_fp8_derive(&b, &o, &p, &err), 0);

@@ -32,59 +32,8 @@
 #include "comm/comm.h"
 #include "kdev.h"
 #include "model/model.h"
+#include "shape/fp8_plan.h"
 #include "shape/err.h"
-
-typedef enum { FP8_COMP_ENCODER = 0, FP8_COMP_PROJECTOR, FP8_COMP_DECODER, FP8_COMPS } fp8_comp;
-
-/* Linear kinds (the names of policies and layer benchmarks).  fc1 is the swiglu gate_up,
- * fc2 its down projection. */
-typedef enum {
-    FP8_QKV = 0, FP8_PROJ, FP8_FC1, FP8_FC2, FP8_EXPERT_FC1, FP8_EXPERT_FC2, FP8_SHARED_FC1,
-    FP8_SHARED_FC2, FP8_ROUTER, FP8_LM_HEAD, FP8_KINDS
-} fp8_kind_id;
-
-const char *fp8_comp_name(int comp);      /* "encoder", ... */
-const char *fp8_kind_name(int kind);      /* "qkv", ..., "lm_head" */
-int fp8_comp_parse(const char *s);        /* -1 when unknown */
-int fp8_kind_parse(const char *s);
-
-#define FP8_ANY (-1)
-#define FP8_LAST_LAYER (-2)
-
-/* A linear kind of a component in FP8 from min_tokens tokens (of the micro batch through
- * that layer) up to max_tokens (0: no upper bound), when the component's tp is tp. */
-typedef struct {
-    int comp, kind, tp;
-    int64_t min_tokens, max_tokens;
-    double speedup;                       /* evidence, not used by the decision */
-} fp8_rule;
-
-/* Linears kept in high precision whatever the rules say: comp, kind and layer (global
- * index within the component, or FP8_LAST_LAYER) each FP8_ANY or a value. */
-typedef struct {
-    int comp, kind, layer;
-} fp8_keep;
-
-typedef struct {
-    int all;              /* every linear except the router and the LM head */
-    fp8_rule *rules;
-    int n_rules;
-    fp8_keep *keep;
-    int n_keep;
-    int history;          /* amax history length (>= 1) */
-    int margin;           /* scale = fp8_max / amax / 2^margin */
-    int current;          /* current scaling instead of delayed */
-} fp8_plan;
-
-#define FP8_DEFAULT_HISTORY 16
-
-/* Frees the rule and keep arrays (owned by the plan) and zeroes it. */
-void fp8_plan_clear(fp8_plan *p);
-/* Whether a linear of `kind` in layer `layer` (FP8_ANY for the projector and the head) of
- * `comp`, which has n_layers layers and tensor-parallel size tp, runs in FP8 for a micro
- * batch of `tokens` tokens.  keep_bf16 wins over rules and over `all`. */
-int fp8_plan_uses(const fp8_plan *p, int comp, int kind, int layer, int n_layers, int tp,
-                  int64_t tokens);
 
 /* Makes the model's linears follow `plan` (NULL or a plan using nothing: plain fp32, the
  * arithmetic of a model without FP8, bit for bit).  Call it on a model from
@@ -113,6 +62,13 @@ int fp8_linear_forward(kdev *dev, fp8_layer *f, int kind, int e, int tokens, flo
 int fp8_linear_backward(kdev *dev, fp8_layer *f, int kind, int e, float *dinp, float *dw,
                         float *db, const float *dout, const float *inp, const float *w,
                         int M, int K, int N, hearth_err *err);
+/* A linear outside any model (the layer benchmark, trainer/bench_layers.c): an
+ * fp8_layer of `kind` in `comp` with tensor-parallel size tp (no tp group: one rank) whose
+ * plan is one rule for that kind at every token count, with current scaling, so that
+ * fp8_linear_forward/backward always take the FP8 path.  Expert kinds use e = 0.
+ * fp8_layer_free releases it (NULL is fine), its scratch on the device it used. */
+int fp8_layer_create(fp8_layer **out, int comp, int kind, int tp, hearth_err *err);
+void fp8_layer_free(fp8_layer *f);
 /* model_clone's part: the clone gets its own scales and scratch over the owner's
  * histories.  model_free's part: frees m's FP8 state. */
 int fp8_model_clone(model *clone, const model *owner, hearth_err *err);

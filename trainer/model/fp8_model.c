@@ -5,70 +5,6 @@
 #include "model/fp8.h"
 #include "model/internal.h"
 
-static const char *const COMP_NAMES[FP8_COMPS] = { "encoder", "projector", "decoder" };
-static const char *const KIND_NAMES[FP8_KINDS] = {
-    "qkv", "proj", "fc1", "fc2", "expert_fc1", "expert_fc2", "shared_fc1", "shared_fc2",
-    "router", "lm_head",
-};
-
-const char *fp8_comp_name(int c) { return c >= 0 && c < FP8_COMPS ? COMP_NAMES[c] : "?"; }
-const char *fp8_kind_name(int k) { return k >= 0 && k < FP8_KINDS ? KIND_NAMES[k] : "?"; }
-
-int fp8_comp_parse(const char *s)
-{
-    for (int i = 0; i < FP8_COMPS; i++)
-        if (!strcmp(s, COMP_NAMES[i]))
-            return i;
-    return -1;
-}
-
-int fp8_kind_parse(const char *s)
-{
-    for (int i = 0; i < FP8_KINDS; i++)
-        if (!strcmp(s, KIND_NAMES[i]))
-            return i;
-    return -1;
-}
-
-void fp8_plan_clear(fp8_plan *p)
-{
-    free(p->rules);
-    free(p->keep);
-    memset(p, 0, sizeof *p);
-}
-
-static int keep_matches(const fp8_keep *k, int comp, int kind, int layer, int n_layers)
-{
-    if (k->comp != FP8_ANY && k->comp != comp)
-        return 0;
-    if (k->kind != FP8_ANY && k->kind != kind)
-        return 0;
-    if (k->layer == FP8_ANY)
-        return 1;
-    if (layer < 0)
-        return 0;
-    return k->layer == FP8_LAST_LAYER ? layer == n_layers - 1 : k->layer == layer;
-}
-
-int fp8_plan_uses(const fp8_plan *p, int comp, int kind, int layer, int n_layers, int tp,
-                  int64_t tokens)
-{
-    if (!p)
-        return 0;
-    for (int i = 0; i < p->n_keep; i++)
-        if (keep_matches(&p->keep[i], comp, kind, layer, n_layers))
-            return 0;
-    if (p->all)
-        return kind != FP8_ROUTER && kind != FP8_LM_HEAD;
-    for (int i = 0; i < p->n_rules; i++) {
-        const fp8_rule *r = &p->rules[i];
-        if (r->comp == comp && r->kind == kind && r->tp == tp && tokens >= r->min_tokens &&
-            (r->max_tokens <= 0 || tokens <= r->max_tokens))
-            return 1;
-    }
-    return 0;
-}
-
 /* ---- state -------------------------------------------------------------------------- */
 
 enum { T_X = 0, T_W = 1, T_DY = 2 };
@@ -119,11 +55,8 @@ static int split_kind(int kind)
            kind == FP8_LM_HEAD;
 }
 
-void fp8_model_free(model *m)
+static void fm_free(fp8_model *fm)
 {
-    fp8_model *fm = m->fp8;
-    if (!fm)
-        return;
     for (int i = 0; i < fm->n_layers; i++)
         free(fm->layers[i].saved);
     free(fm->layers);
@@ -135,6 +68,13 @@ void fp8_model_free(model *m)
         free(fm->sh);
     }
     free(fm);
+}
+
+void fp8_model_free(model *m)
+{
+    if (!m->fp8)
+        return;
+    fm_free(m->fp8);
     m->fp8 = NULL;
 }
 
@@ -319,6 +259,47 @@ int fp8_model_clone(model *clone, const model *owner, hearth_err *err)
     if (rc)
         detach(clone);
     return rc;
+}
+
+/* ---- a linear outside a model ----------------------------------------------------------
+ * The layer benchmark's: one layer whose plan is a single rule for its kind, so that the
+ * calls below always take the FP8 path, with the model's code. */
+
+int fp8_layer_create(fp8_layer **out, int comp, int kind, int tp, hearth_err *err)
+{
+    *out = NULL;
+    fp8_rule rule = { .comp = comp, .kind = kind, .tp = tp };
+    fp8_plan plan = { .rules = &rule, .n_rules = 1, .history = 1, .current = 1 };
+    fp8_model *fm = calloc(1, sizeof *fm);
+    fp8_shared *sh = calloc(1, sizeof *sh);
+    fp8_layer *f = calloc(1, sizeof *f);
+    int rc = fm && sh && f ? plan_copy(&sh->plan, &plan, err)
+                           : herr_set(err, HERR_NOMEM, "fp8: out of memory");
+    if (rc) {
+        free(fm);
+        free(sh);
+        free(f);
+        return rc;
+    }
+    *fm = (fp8_model){ .sh = sh, .owner = 1, .layers = f, .n_layers = 1 };
+    *f = (fp8_layer){ .fm = fm, .comp = comp, .layer = FP8_ANY, .n_layers = 1, .tp = tp,
+                      .El = kind == FP8_EXPERT_FC1 || kind == FP8_EXPERT_FC2 };
+    sh->units = (size_t)n_units(f);
+    f->saved = calloc(sh->units * 2, sizeof(float));
+    sh->hist = calloc(sh->units * 3, sizeof(float));
+    sh->pos = calloc(sh->units * 3, sizeof(int));
+    if (!f->saved || !sh->hist || !sh->pos) {
+        fm_free(fm);
+        return herr_set(err, HERR_NOMEM, "fp8: out of memory");
+    }
+    *out = f;
+    return 0;
+}
+
+void fp8_layer_free(fp8_layer *f)
+{
+    if (f)
+        fm_free(f->fm);
 }
 
 /* ---- the linears ----------------------------------------------------------------------- */

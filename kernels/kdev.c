@@ -529,6 +529,36 @@ int kdev_ce_grad(kdev *d, float *dlogits, const float *logits, const double *lse
     return note(d, d->ops->ce_grad(d, dlogits, logits, lse, targets, v0, dl, n, Vl));
 }
 
+/* The LM head's composition (kdev.h): what the cpu backend is, and what a backend
+ * without a fused path for the arguments gets. */
+int kdev_head_ce_forward(kdev *d, float *ws, double *lse, float *losses, float *mx,
+                         double *sums, const float *inp, const float *w, const int *targets,
+                         int n, int K, int V)
+{
+    MARK(d, "head_ce_forward");
+    int rc = d->ops->head_ce_forward(d, ws, lse, losses, mx, sums, inp, w, targets, n, K, V);
+    if (rc != HERR_NOALGO)
+        return note(d, rc);
+    if ((rc = d->ops->matmul_forward(d, ws, inp, w, NULL, n, K, V)) ||
+        (rc = d->ops->ce_rowmax(d, mx, ws, n, V)) ||
+        (rc = d->ops->ce_rowsum(d, sums, ws, mx, targets, 0, n, V)))
+        return note(d, rc);
+    return note(d, d->ops->ce_finish(d, lse, losses, mx, sums, n));
+}
+
+int kdev_head_ce_backward(kdev *d, float *dinp, float *dw, float *ws, const double *lse,
+                          const int *targets, double dl, const float *inp, const float *w,
+                          int n, int K, int V)
+{
+    MARK(d, "head_ce_backward");
+    int rc = d->ops->head_ce_backward(d, dinp, dw, ws, lse, targets, dl, inp, w, n, K, V);
+    if (rc != HERR_NOALGO)
+        return note(d, rc);
+    if ((rc = d->ops->ce_grad(d, ws, ws, lse, targets, 0, dl, n, V)))
+        return note(d, rc);
+    return note(d, d->ops->matmul_backward(d, dinp, dw, NULL, ws, inp, w, n, K, V));
+}
+
 int kdev_moe_router_forward(kdev *d, int *topk_idx, float *topk_w, float *probs, float *aux,
                             const float *logits, int N, int E, int K)
 {

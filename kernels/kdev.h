@@ -196,6 +196,26 @@ int kdev_ce_grad(kdev *d, float *dlogits, const float *logits, const double *lse
 int kdev_ce_finish(kdev *d, double *lse, float *losses, const float *mx, const double *sums,
                    int n);
 
+/* ---- the LM head with its cross-entropy, fused ------------------------------------------
+ * For n rows inp[n, K] whose targets all lie in a vocabulary [0, V) held whole by this
+ * device (no vocabulary split over ranks), head weight w[V, K]:
+ *   head_ce_forward:  the logits inp . w^T into ws, then lse (n doubles) and losses (n
+ *                     floats) as kdev_ce_rowmax, kdev_ce_rowsum (v0 = 0) and kdev_ce_finish
+ *                     define them; mx (n floats) and sums (2n doubles) are scratch.
+ *   head_ce_backward: from ws and lse as the forward of the same rows left them:
+ *                     dinp[n, K] += G . w and dw[V, K] += G^T . inp, G = kdev_ce_grad's
+ *                     gradient (dl) of those logits; ws is overwritten.
+ * ws holds n * V floats; what it holds between the two calls is the backend's (the cpu:
+ * the fp32 logits; a GPU at precision BF16: bf16 logits in padded rows and its own row
+ * statistics).  The cpu backend is exactly the composition of the ops named (the model's
+ * vocabulary-parallel path at one rank computes the same, bit for bit). */
+int kdev_head_ce_forward(kdev *d, float *ws, double *lse, float *losses, float *mx,
+                         double *sums, const float *inp, const float *w, const int *targets,
+                         int n, int K, int V);
+int kdev_head_ce_backward(kdev *d, float *dinp, float *dw, float *ws, const double *lse,
+                          const int *targets, double dl, const float *inp, const float *w,
+                          int n, int K, int V);
+
 /* ---- mixture of experts (kernels.h kcpu_moe_*) ------------------------------------------
  * aux: a DEVICE float (may be NULL).  The plan's offsets are a device array; callers that
  * need them on the host download them. */

@@ -27,7 +27,7 @@ extern "C" {
 #define KDEV_CUDA_ENTRY_NAME "hearth_kdev_cuda_ops"
 /* Bumped whenever kdev_ops or struct kdev changes: a library of another version is
  * refused rather than called through a table of another layout. */
-#define KDEV_ABI 6
+#define KDEV_ABI 7
 
 struct kdev {
     const kdev_ops *ops;
@@ -127,6 +127,14 @@ struct kdev_ops {
                    const int *targets, int v0, double dl, int n, int Vl);
     int (*ce_finish)(kdev *d, double *lse, float *losses, const float *mx,
                      const double *sums, int n);
+    /* A backend without a fused path for these arguments returns HERR_NOALGO having done
+     * nothing, and kdev.c composes the op from the ones above. */
+    int (*head_ce_forward)(kdev *d, float *ws, double *lse, float *losses, float *mx,
+                           double *sums, const float *inp, const float *w, const int *targets,
+                           int n, int K, int V);
+    int (*head_ce_backward)(kdev *d, float *dinp, float *dw, float *ws, const double *lse,
+                            const int *targets, double dl, const float *inp, const float *w,
+                            int n, int K, int V);
 
     int (*moe_router_forward)(kdev *d, int *topk_idx, float *topk_w, float *probs, float *aux,
                               const float *logits, int N, int E, int K);

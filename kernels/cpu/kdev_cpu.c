@@ -428,6 +428,25 @@ static int cpu_ce_finish(kdev *d, double *lse, float *losses, const float *mx,
     return 0;
 }
 
+/* The fused LM head is its composition on the cpu (kdev.c builds it). */
+static int cpu_head_ce_forward(kdev *d, float *ws, double *lse, float *losses, float *mx,
+                               double *sums, const float *inp, const float *w,
+                               const int *targets, int n, int K, int V)
+{
+    (void)d, (void)ws, (void)lse, (void)losses, (void)mx, (void)sums, (void)inp, (void)w;
+    (void)targets, (void)n, (void)K, (void)V;
+    return HERR_NOALGO;
+}
+
+static int cpu_head_ce_backward(kdev *d, float *dinp, float *dw, float *ws, const double *lse,
+                                const int *targets, double dl, const float *inp,
+                                const float *w, int n, int K, int V)
+{
+    (void)d, (void)dinp, (void)dw, (void)ws, (void)lse, (void)targets, (void)dl, (void)inp;
+    (void)w, (void)n, (void)K, (void)V;
+    return HERR_NOALGO;
+}
+
 static int cpu_moe_router_forward(kdev *d, int *topk_idx, float *topk_w, float *probs,
                                   float *aux, const float *logits, int N, int E, int K)
 {
@@ -592,6 +611,8 @@ static const kdev_ops cpu_ops = {
     .ce_rowsum = cpu_ce_rowsum,
     .ce_grad = cpu_ce_grad,
     .ce_finish = cpu_ce_finish,
+    .head_ce_forward = cpu_head_ce_forward,
+    .head_ce_backward = cpu_head_ce_backward,
     .moe_router_forward = cpu_moe_router_forward,
     .moe_router_backward = cpu_moe_router_backward,
     .moe_plan = cpu_moe_plan,

@@ -129,9 +129,10 @@ __device__ __forceinline__ int row_class(int t, int V, int ignore_index)
     return (t < 0 || t >= V) ? 2 : 0;
 }
 
+/* ld: elements between the starts of two rows (>= Vs) */
 __global__ void ce_partial_kernel(float *losses, float *lse, float *rowmax, float *rowsum,
-                                  float *tlogit, const bf *logits, const int *targets, int V,
-                                  int v0, int Vs, int ignore_index)
+                                  float *tlogit, const bf *logits, size_t ld,
+                                  const int *targets, int V, int v0, int Vs, int ignore_index)
 {
     int i = blockIdx.x, t = targets[i];
     int cls = row_class(t, V, ignore_index); /* uniform across the block */
@@ -149,7 +150,7 @@ __global__ void ce_partial_kernel(float *losses, float *lse, float *rowmax, floa
         }
         return;
     }
-    const bf *l = logits + (size_t)i * Vs;
+    const bf *l = logits + (size_t)i * ld;
     float M, S;
     row_online(l, Vs, &M, &S);
     if (threadIdx.x == 0) {
@@ -182,13 +183,13 @@ __device__ __forceinline__ uint4 grad8(uint4 v, int c0, int tl, float lseL, floa
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-__global__ void ce_bwd_kernel(bf *dlogits, const bf *logits, const float *lse,
+__global__ void ce_bwd_kernel(bf *dlogits, const bf *logits, size_t ld, const float *lse,
                               const int *targets, const float *dlosses, int V, int v0, int Vs,
                               int ignore_index)
 {
     int i = blockIdx.x, t = targets[i], tid = threadIdx.x;
-    const bf *l = logits + (size_t)i * Vs;
-    bf *dl = dlogits + (size_t)i * Vs;
+    const bf *l = logits + (size_t)i * ld;
+    bf *dl = dlogits + (size_t)i * ld;
     uint16_t *draw = (uint16_t *)dl;
     if (row_class(t, V, ignore_index) != 0) { /* zeros: the buffer may hold the logits */
         for (int j = tid; j < Vs; j += blockDim.x)
@@ -239,19 +240,27 @@ static int ce_args(kcuda_ctx *ctx, const char *fn, const void *a, const void *b,
     return KCUDA_OK;
 }
 
-extern "C" int kcuda_ce_forward_bf16(kcuda_ctx *ctx, float *losses, float *lse,
-                                     const kcuda_bf16 *logits, const int *targets, int N, int V,
-                                     int ignore_index)
+extern "C" int kcuda_ce_forward_bf16_ld(kcuda_ctx *ctx, float *losses, float *lse,
+                                        const kcuda_bf16 *logits, int ld, const int *targets,
+                                        int N, int V, int ignore_index)
 {
     int rc = ce_args(ctx, "kcuda_ce_forward_bf16", logits, NULL, N, V, 0, V);
     if (rc < 0)
         return rc;
-    if (!losses || !lse || !logits || !targets)
-        return kcuda_fail(ctx, KCUDA_EARG, "kcuda_ce_forward_bf16: NULL argument");
+    if (!losses || !lse || !logits || !targets || ld < V)
+        return kcuda_fail(ctx, KCUDA_EARG, "kcuda_ce_forward_bf16: NULL argument or ld %d < V %d",
+                          ld, V);
     ce_partial_kernel<<<N, CE_THREADS, 0, ctx->stream>>>(losses, lse, NULL, NULL, NULL,
-                                                         (const bf *)logits, targets, V, 0, V,
-                                                         ignore_index);
+                                                         (const bf *)logits, (size_t)ld, targets,
+                                                         V, 0, V, ignore_index);
     return kcuda_check_launch(ctx, "ce_partial_kernel(forward)");
+}
+
+extern "C" int kcuda_ce_forward_bf16(kcuda_ctx *ctx, float *losses, float *lse,
+                                     const kcuda_bf16 *logits, const int *targets, int N, int V,
+                                     int ignore_index)
+{
+    return kcuda_ce_forward_bf16_ld(ctx, losses, lse, logits, V, targets, N, V, ignore_index);
 }
 
 extern "C" int kcuda_ce_vocab_partial_bf16(kcuda_ctx *ctx, float *rowmax, float *rowsum,
@@ -265,8 +274,8 @@ extern "C" int kcuda_ce_vocab_partial_bf16(kcuda_ctx *ctx, float *rowmax, float 
     if (!rowmax || !rowsum || !tlogit || !logits || !targets)
         return kcuda_fail(ctx, KCUDA_EARG, "kcuda_ce_vocab_partial_bf16: NULL argument");
     ce_partial_kernel<<<N, CE_THREADS, 0, ctx->stream>>>(NULL, NULL, rowmax, rowsum, tlogit,
-                                                         (const bf *)logits, targets, V, v0, Vs,
-                                                         ignore_index);
+                                                         (const bf *)logits, (size_t)Vs, targets,
+                                                         V, v0, Vs, ignore_index);
     return kcuda_check_launch(ctx, "ce_partial_kernel(vocab)");
 }
 
@@ -313,19 +322,30 @@ extern "C" int kcuda_ce_vocab_combine(kcuda_ctx *ctx, float *losses, float *lse,
     return kcuda_check_launch(ctx, "ce_combine_kernel");
 }
 
+/* The backward over rows ld elements apart (ld >= Vs). */
+static int ce_backward(kcuda_ctx *ctx, kcuda_bf16 *dlogits, const kcuda_bf16 *logits, int ld,
+                       const float *lse, const int *targets, const float *dlosses, int N, int V,
+                       int v0, int Vs, int ignore_index)
+{
+    int rc = ce_args(ctx, "kcuda_ce_backward_bf16", logits, dlogits, N, V, v0, Vs);
+    if (rc < 0)
+        return rc;
+    if (!dlogits || !logits || !lse || !targets || !dlosses || ld < Vs)
+        return kcuda_fail(ctx, KCUDA_EARG,
+                          "kcuda_ce_backward_bf16: NULL argument or ld %d < Vs %d", ld, Vs);
+    ce_bwd_kernel<<<N, CE_THREADS, 0, ctx->stream>>>((bf *)dlogits, (const bf *)logits,
+                                                     (size_t)ld, lse, targets, dlosses, V, v0,
+                                                     Vs, ignore_index);
+    return kcuda_check_launch(ctx, "ce_bwd_kernel");
+}
+
 extern "C" int kcuda_ce_vocab_backward_bf16(kcuda_ctx *ctx, kcuda_bf16 *dlogits,
                                             const kcuda_bf16 *logits, const float *lse,
                                             const int *targets, const float *dlosses, int N,
                                             int V, int v0, int Vs, int ignore_index)
 {
-    int rc = ce_args(ctx, "kcuda_ce_backward_bf16", logits, dlogits, N, V, v0, Vs);
-    if (rc < 0)
-        return rc;
-    if (!dlogits || !logits || !lse || !targets || !dlosses)
-        return kcuda_fail(ctx, KCUDA_EARG, "kcuda_ce_backward_bf16: NULL argument");
-    ce_bwd_kernel<<<N, CE_THREADS, 0, ctx->stream>>>((bf *)dlogits, (const bf *)logits, lse,
-                                                     targets, dlosses, V, v0, Vs, ignore_index);
-    return kcuda_check_launch(ctx, "ce_bwd_kernel");
+    return ce_backward(ctx, dlogits, logits, Vs, lse, targets, dlosses, N, V, v0, Vs,
+                       ignore_index);
 }
 
 extern "C" int kcuda_ce_backward_bf16(kcuda_ctx *ctx, kcuda_bf16 *dlogits,
@@ -333,6 +353,14 @@ extern "C" int kcuda_ce_backward_bf16(kcuda_ctx *ctx, kcuda_bf16 *dlogits,
                                       const int *targets, const float *dlosses, int N, int V,
                                       int ignore_index)
 {
-    return kcuda_ce_vocab_backward_bf16(ctx, dlogits, logits, lse, targets, dlosses, N, V, 0, V,
-                                        ignore_index);
+    return ce_backward(ctx, dlogits, logits, V, lse, targets, dlosses, N, V, 0, V, ignore_index);
+}
+
+extern "C" int kcuda_ce_backward_bf16_ld(kcuda_ctx *ctx, kcuda_bf16 *dlogits,
+                                         const kcuda_bf16 *logits, int ld, const float *lse,
+                                         const int *targets, const float *dlosses, int N, int V,
+                                         int ignore_index)
+{
+    return ce_backward(ctx, dlogits, logits, ld, lse, targets, dlosses, N, V, 0, V,
+                       ignore_index);
 }

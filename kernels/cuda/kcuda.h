@@ -291,6 +291,13 @@ int kcuda_ce_forward_bf16(kcuda_ctx *ctx, float *losses, float *lse, const kcuda
 int kcuda_ce_backward_bf16(kcuda_ctx *ctx, kcuda_bf16 *dlogits, const kcuda_bf16 *logits,
                            const float *lse, const int *targets, const float *dlosses,
                            int N, int V, int ignore_index);
+/* The same over rows ld >= V elements apart (e.g. padded to 16-byte rows; the columns
+ * [V, ld) are neither read nor written). */
+int kcuda_ce_forward_bf16_ld(kcuda_ctx *ctx, float *losses, float *lse, const kcuda_bf16 *logits,
+                             int ld, const int *targets, int N, int V, int ignore_index);
+int kcuda_ce_backward_bf16_ld(kcuda_ctx *ctx, kcuda_bf16 *dlogits, const kcuda_bf16 *logits,
+                              int ld, const float *lse, const int *targets,
+                              const float *dlosses, int N, int V, int ignore_index);
 
 /* Vocab-parallel building blocks: a rank holds the columns [v0, v0+Vs) of a vocabulary
  * of V, as a contiguous bf16 [N,Vs] slice.

@@ -20,10 +20,6 @@ static int fits(int K)
     return K % 8 == 0;
 }
 
-static int pitch8(int N)
-{
-    return (N + 7) & ~7;
-}
 
 /* fp32 output rows that are not 16-byte multiples (N % 4 != 0: the LM head's 50257)
  * keep cuBLASLt off its vectorised epilogues: 13.2 ms against 2.2 ms for 50264 columns
@@ -36,7 +32,7 @@ static int pitch8(int N)
 static int forward_padded(kdev *d, float *out, const float *inp, const float *weight,
                           const float *bias, int M, int K, int N, const char *op)
 {
-    int Np = pitch8(N);
+    int Np = cuda_pitch8(N);
     size_t rows = PAD_BLOCK_FLOATS / (size_t)Np;
     int R = rows < 8 ? 8 : rows > (size_t)M ? M : (int)rows;
     /* one carve (a later one would reuse the scratch from its start): the input, the
@@ -91,9 +87,12 @@ int cuda_matmul16_forward(kdev *d, float *out, const float *inp, const float *we
     return rc == KCUDA_ENOALGO ? HERR_NOALGO : cuda_kc(d, rc, op);
 }
 
-int cuda_matmul16_backward(kdev *d, float *dinp, float *dweight, float *dbias,
-                           const float *dout, const float *inp, const float *weight, int M,
-                           int K, int N)
+/* The backward from dout in fp32 (converted here; with dbias its column sums in the same
+ * pass) or, dout == NULL, from dout16: bf16 rows of cuda_pitch8(N) elements whose pad columns
+ * are zero, outside the scratch (kdev_cuda_head.cu), no dbias. */
+int cuda_matmul16_backward_from(kdev *d, float *dinp, float *dweight, float *dbias,
+                                const float *dout, const kcuda_bf16 *dout16,
+                                const float *inp, const float *weight, int M, int K, int N)
 {
     static const char op[] = "matmul_backward (bf16)";
     if (!fits(K))
@@ -104,10 +103,10 @@ int cuda_matmul16_backward(kdev *d, float *dinp, float *dweight, float *dbias,
      * N % 8 != 0 as the reduction dimension of dinp, cuBLASLt takes 9.6 ms against 1.6 for
      * the padded 50264 (16384 x 768, H100, bench_kdev_gpu); dW's 50257 rows 2.6 against
      * 1.7.  The weight gets zero pad rows, dW a padded fp32 copy that takes the sum. */
-    int Np = pitch8(N), pad = Np != N;
+    int Np = cuda_pitch8(N), pad = Np != N;
     /* dout, inp, weight, the bias gradient's partial sums and the padded dW (both fp32,
      * counted as bf16 pairs) */
-    size_t count[5] = { (size_t)M * Np, dweight ? (size_t)M * K : 0,
+    size_t count[5] = { dout16 ? 0 : (size_t)M * Np, dweight ? (size_t)M * K : 0,
                         dinp ? (size_t)Np * K : 0,
                         dbias ? 2 * kcuda_bias_partials_floats(M, N) : 0,
                         pad && dweight ? 2 * (size_t)Np * K : 0 };
@@ -117,7 +116,9 @@ int cuda_matmul16_backward(kdev *d, float *dinp, float *dweight, float *dbias,
     int rc = 0;
     if (dinp || dweight) {
         rc = cuda_carve_bf16(d, b, count, 5, op);
-        if (!rc && dbias) {   /* dout read once for its conversion and its column sums */
+        if (dout16)
+            b[0] = (kcuda_bf16 *)dout16;
+        else if (!rc && dbias) {   /* dout read once for its conversion and its column sums */
             part = (float *)b[3];
             rc = cuda_kc(d, kcuda_bias_partials_to_bf16(k, part, dout, M, N, b[0], Np), op);
         } else if (!rc) {
@@ -162,4 +163,12 @@ int cuda_matmul16_backward(kdev *d, float *dinp, float *dweight, float *dbias,
                                                   N),
                      op);
     return rc;
+}
+
+int cuda_matmul16_backward(kdev *d, float *dinp, float *dweight, float *dbias,
+                           const float *dout, const float *inp, const float *weight, int M,
+                           int K, int N)
+{
+    return cuda_matmul16_backward_from(d, dinp, dweight, dbias, dout, NULL, inp, weight, M, K,
+                                       N);
 }

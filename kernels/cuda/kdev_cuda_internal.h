@@ -11,6 +11,8 @@
  *   kdev_cuda_optim.cu   AdamW and the sum of squares
  *   kdev_cuda_attn.cu    attention and block attention, fp32
  *   kdev_cuda_moe.cu     mixture-of-experts routing and permutations, fp32
+ *   kdev_cuda_gemm16.cu, kdev_cuda_attn16.cu, kdev_cuda_bf16.cu   the precision BF16
+ *   kdev_cuda_head.cu    the LM head with its cross-entropy on bf16 logits
  *
  * Determinism: every kernel here gives the same bits on every run (no floating-point
  * atomics; reductions in a fixed order that depends only on the shapes). */
@@ -203,6 +205,26 @@ CUDA_PRIVATE int cuda_matmul16_forward(kdev *d, float *out, const float *inp,
 CUDA_PRIVATE int cuda_matmul16_backward(kdev *d, float *dinp, float *dweight, float *dbias,
                                         const float *dout, const float *inp,
                                         const float *weight, int M, int K, int N);
+/* The same backward from dout16 instead of dout when dout == NULL: bf16 rows of
+ * cuda_pitch8(N) elements, the pad columns zero, outside the scratch; then dbias must be
+ * NULL. */
+CUDA_PRIVATE int cuda_matmul16_backward_from(kdev *d, float *dinp, float *dweight,
+                                             float *dbias, const float *dout,
+                                             const kcuda_bf16 *dout16, const float *inp,
+                                             const float *weight, int M, int K, int N);
+/* N rounded up to a multiple of 8: bf16 rows of 16-byte multiples. */
+static inline int cuda_pitch8(int N)
+{
+    return (N + 7) & ~7;
+}
+
+/* kdev_cuda_head.cu: kdev_head_ce_* at the precision BF16 (HERR_NOALGO elsewhere). */
+CUDA_PRIVATE int cuda_head_ce_forward(kdev *d, float *ws, double *lse, float *losses,
+                                      float *mx, double *sums, const float *inp,
+                                      const float *w, const int *targets, int n, int K, int V);
+CUDA_PRIVATE int cuda_head_ce_backward(kdev *d, float *dinp, float *dw, float *ws,
+                                       const double *lse, const int *targets, double dl,
+                                       const float *inp, const float *w, int n, int K, int V);
 
 /* kdev_cuda_attn16.cu: the attention above on the bf16 flash kernels of kcuda (the
  * precision BF16; head dims kcuda_attention16_fits): q, k, v (and out, dout) converted to

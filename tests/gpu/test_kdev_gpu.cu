@@ -718,6 +718,39 @@ static int test_attention(struct tctx *t)
     return f + t->bad;
 }
 
+/* The fused LM head (kdev_head_ce_*): forward losses and lse, backward dinp and dW
+ * (accumulated into random values), cuda at precision BF16 against the cpu's composition. */
+static int head_case(struct tctx *t, const char *tag, int n, int K, int V)
+{
+    char w[64];
+    int f = 0;
+    int *tg = (int *)hkeep(t, malloc(n * sizeof(int)));
+    for (int r = 0; r < n; r++)
+        tg[r] = (int)(gu_next(&t->rng) % V);
+    struct dp X = dp_rand(t, (size_t)n * K, -1, 1), W = dp_rand(t, (size_t)V * K, -1, 1);
+    struct dp T = dp_ints(t, tg, n), WS = dp_nan(t, (size_t)n * V), LO = dp_nan(t, n);
+    struct dp LS = dp_make(t, NULL, n * sizeof(double)), MX = dp_nan(t, n);
+    struct dp SU = dp_make(t, NULL, 2 * (size_t)n * sizeof(double));
+    struct dp DX = dp_rand(t, (size_t)n * K, -1, 1), DW = dp_rand(t, (size_t)V * K, -1, 1);
+    if (t->bad)
+        return 1;
+    for (int k = 0; k < 2; k++) {
+        CK(kdev_head_ce_forward(t->d[k], FP(WS, k), DBP(LS, k), FP(LO, k), FP(MX, k),
+                                DBP(SU, k), FP(X, k), FP(W, k), IP(T, k), n, K, V));
+        CK(kdev_head_ce_backward(t->d[k], FP(DX, k), FP(DW, k), FP(WS, k), DBP(LS, k), IP(T, k),
+                                 0.37, FP(X, k), FP(W, k), n, K, V));
+    }
+    snprintf(w, sizeof w, "%s.loss", tag);
+    f += cmp_tol(t, w, LO, (size_t)n, TOL_BF16);
+    snprintf(w, sizeof w, "%s.lse", tag);
+    f += cmp_tol_d(t, w, LS, (size_t)n, TOL_BF16);
+    snprintf(w, sizeof w, "%s.dinp", tag);
+    f += cmp_tol(t, w, DX, (size_t)n * K, TOL_BF16);
+    snprintf(w, sizeof w, "%s.dw", tag);
+    f += cmp_tol(t, w, DW, (size_t)V * K, TOL_BF16);
+    return f;
+}
+
 /* Precision BF16 on the cuda device (kdev_set_precision): GEMMs on bf16 tensor cores and
  * attention through kcuda's bf16 flash kernels for D = 64, 80, 128, against the fp32 cpu
  * at TOL_BF16; the cpu device refuses BF16. */
@@ -741,6 +774,12 @@ static int test_bf16(struct tctx *t)
                                                       forward through 56 output columns */
     /* N % 4 with more rows than one block of the padded forward (2^26 / 48008 = 1397) */
     f += mm_case(t, "bf16.1400x8x48001", 1400, 8, 48001);
+    /* the fused head: V padded to 8 (1001), V % 8 == 0, a vocabulary too small for the
+     * workspace and K % 8 != 0 (both composed from the pieces) */
+    f += head_case(t, "bf16.head.37x64x1001", 37, 64, 1001);
+    f += head_case(t, "bf16.head.16x128x512", 16, 128, 512);
+    f += head_case(t, "bf16.head.5x64x3", 5, 64, 3);
+    f += head_case(t, "bf16.head.9x60x77", 9, 60, 77);
     f += att_case(t, "bf16.c64", lens, 4, 4, 2, 64, 1, 1);
     f += att_case(t, "bf16.n80", lens, 4, 4, 2, 80, 0, 1);
     f += att_case(t, "bf16.c128", lens2, 3, 2, 2, 128, 1, 0);

@@ -62,6 +62,9 @@ int fp8_linear_forward(kdev *dev, fp8_layer *f, int kind, int e, int tokens, flo
 int fp8_linear_backward(kdev *dev, fp8_layer *f, int kind, int e, float *dinp, float *dw,
                         float *db, const float *dout, const float *inp, const float *w,
                         int M, int K, int N, hearth_err *err);
+/* Whether fp8_linear_forward(dev, f, kind, ., tokens, ...) would run in FP8 (tokens > 0 is
+ * recorded as that forward records it). */
+int fp8_linear_uses(fp8_layer *f, int kind, int tokens);
 /* A linear outside any model (the layer benchmark, trainer/bench_layers.c): an
  * fp8_layer of `kind` in `comp` with tensor-parallel size tp (no tp group: one rank) whose
  * plan is one rule for that kind at every token count, with current scaling, so that

@@ -314,6 +314,11 @@ static int uses(fp8_layer *f, int kind, int tokens)
                          f->tokens);
 }
 
+int fp8_linear_uses(fp8_layer *f, int kind, int tokens)
+{
+    return uses(f, kind, tokens);
+}
+
 static float *scratch(kdev *dev, fp8_layer *f, size_t n, hearth_err *err)
 {
     fp8_model *fm = f->fm;

@@ -50,8 +50,10 @@ __global__ void fp8_quantise_kernel(uint8_t *q, uint8_t *qt, float *dscale, cons
         int r = r0 + j;
         if (r < rows && c < cols) {
             size_t i = (size_t)r * cols + c;
-            float y = __fmul_rn(x[i], scale);
-            uint8_t code = kcuda_fp8_code(kcuda_fp8_round(y, F), y, F);
+            /* the sign from x: the GPU's x * scale of a NaN is the canonical (positive)
+             * NaN, the cpu's keeps x's sign (scale > 0, so signs agree otherwise) */
+            float xi = x[i];
+            uint8_t code = kcuda_fp8_code(kcuda_fp8_round(__fmul_rn(xi, scale), F), xi, F);
             if (q)
                 q[i] = code;
             tile[j][threadIdx.x] = code;

@@ -63,11 +63,12 @@ __device__ __forceinline__ float kcuda_fp8_round(float x, const kcuda_fp8_fmt F)
     return copysignf(v > F.max ? F.max : v, x);
 }
 
-/* The code of v = kcuda_fp8_round(y, F) (exactly representable), with the sign of y:
- * kcpu_fp8_encode(y) bit for bit, NaN codes (sign | 0x7f) included. */
-__device__ __forceinline__ uint8_t kcuda_fp8_code(float v, float y, const kcuda_fp8_fmt F)
+/* The code of v = kcuda_fp8_round(y, F) (exactly representable), with the sign of
+ * `sign_of` (y, or a value of y's sign): kcpu_fp8_encode(y) bit for bit, NaN codes
+ * (sign | 0x7f) included. */
+__device__ __forceinline__ uint8_t kcuda_fp8_code(float v, float sign_of, const kcuda_fp8_fmt F)
 {
-    uint8_t sign = signbit(y) ? 0x80 : 0x00;
+    uint8_t sign = signbit(sign_of) ? 0x80 : 0x00;
     float a = fabsf(v);
     if (isnan(a))
         return sign | 0x7f;

@@ -624,6 +624,44 @@ int kdev_fp8_qdq(kdev *d, float *out, const float *x, size_t n, float scale, kfp
     return note(d, d->ops->fp8_qdq(d, out, x, n, scale, f));
 }
 
+/* The FP8 emulation (kdev.h): what the cpu backend is, and what a backend without an
+ * FP8 GEMM for the arguments gets when the caller gave ws. */
+int kdev_fp8_matmul_forward(kdev *d, float *ws, float *out, const float *inp, const float *w,
+                            const float *bias, int M, int K, int N, float sx, float sw)
+{
+    MARK(d, "fp8_matmul_forward");
+    int rc = d->ops->fp8_matmul_forward(d, ws, out, inp, w, bias, M, K, N, sx, sw);
+    if (rc != HERR_NOALGO)
+        return note(d, rc);
+    if (!ws)
+        return HERR_NOALGO;         /* the caller's cue to give ws: not a failure */
+    float *qx = ws, *qw = ws + (size_t)M * K;
+    if ((rc = d->ops->fp8_qdq(d, qx, inp, (size_t)M * K, sx, KFP8_E4M3)) ||
+        (rc = d->ops->fp8_qdq(d, qw, w, (size_t)N * K, sw, KFP8_E4M3)))
+        return note(d, rc);
+    return note(d, d->ops->matmul_forward(d, out, qx, qw, bias, M, K, N));
+}
+
+int kdev_fp8_matmul_backward(kdev *d, float *ws, float *dinp, float *dw, const float *dout,
+                             const float *inp, const float *w, int M, int K, int N, float sx,
+                             float sw, float sd, kfp8_format fd)
+{
+    MARK(d, "fp8_matmul_backward");
+    int rc = d->ops->fp8_matmul_backward(d, ws, dinp, dw, dout, inp, w, M, K, N, sx, sw, sd,
+                                         fd);
+    if (rc != HERR_NOALGO)
+        return note(d, rc);
+    if (!ws)
+        return HERR_NOALGO;
+    size_t ny = (size_t)M * N, nx = (size_t)M * K;
+    float *qd = ws, *qx = dw ? ws + ny : NULL, *qw = dinp ? ws + ny + (dw ? nx : 0) : NULL;
+    if ((rc = d->ops->fp8_qdq(d, qd, dout, ny, sd, fd)) ||
+        (qx && (rc = d->ops->fp8_qdq(d, qx, inp, nx, sx, KFP8_E4M3))) ||
+        (qw && (rc = d->ops->fp8_qdq(d, qw, w, (size_t)N * K, sw, KFP8_E4M3))))
+        return note(d, rc);
+    return note(d, d->ops->matmul_backward(d, dinp, dw, NULL, qd, qx, qw, M, K, N));
+}
+
 int kdev_adamw_update(kdev *d, float *param, const float *grad, float *m, float *v,
                       size_t n, float lr, float beta1, float beta2, float eps,
                       float weight_decay, int step)

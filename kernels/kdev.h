@@ -241,6 +241,30 @@ int kdev_moe_unpermute_backward(kdev *d, float *dexpert_out, float *dtopk_w, con
 int kdev_amax(kdev *d, float *amax, const float *x, size_t n);
 int kdev_fp8_qdq(kdev *d, float *out, const float *x, size_t n, float scale, kfp8_format f);
 
+/* ---- FP8 GEMMs --------------------------------------------------------------------------
+ * The FP8 linear of trainer/model/fp8.h, with Q(t, s, f) = kdev_fp8_qdq(t, s, f) and the
+ * per-tensor scales sx, sw, sd as HOST floats (kcpu_fp8_scale's quantisation factors):
+ *   fp8_matmul_forward:   out = Q(inp, sx, E4M3) . Q(w, sw, E4M3)^T (+ bias), written
+ *   fp8_matmul_backward:  dinp += Q(dout, sd, fd) . Q(w, sw, E4M3)
+ *                         dw   += Q(dout, sd, fd)^T . Q(inp, sx, E4M3)   (NULL: not wanted;
+ *                         no bias gradient: kdev_matmul_backward's, from the fp32 dout)
+ * The cpu backend is exactly kdev_fp8_qdq of the operands into ws and then
+ * kdev_matmul_forward/backward (the emulation, composed in kdev.c), which every backend
+ * without an FP8 GEMM for the arguments gets too.  The cuda backend quantises to FP8
+ * bytes with the same rounding and multiplies on the FP8 tensor cores (cuBLASLt, where
+ * M, K and N are multiples of 16), fp32 accumulation: the same quantised values, products
+ * that differ from the cpu's by the order of the fp32 sums and by dequantising the sum
+ * (times 1/sx/sw) rather than each operand.
+ * ws: the emulation's fp32 scratch, forward M*K + N*K floats, backward M*N + (dw ? M*K :
+ * 0) + (dinp ? N*K : 0).  ws == NULL: only an FP8 GEMM may run; where the backend has none
+ * the call returns HERR_NOALGO having done nothing, and the device's status stays as it
+ * was (not a failure), so that a caller allocates ws only where it is needed. */
+int kdev_fp8_matmul_forward(kdev *d, float *ws, float *out, const float *inp, const float *w,
+                            const float *bias, int M, int K, int N, float sx, float sw);
+int kdev_fp8_matmul_backward(kdev *d, float *ws, float *dinp, float *dw, const float *dout,
+                             const float *inp, const float *w, int M, int K, int N, float sx,
+                             float sw, float sd, kfp8_format fd);
+
 /* ---- optimizer --------------------------------------------------------------------------
  * sumsq: *out (a HOST double) = kcpu_sumsq(x, n); waits for the stream. */
 int kdev_adamw_update(kdev *d, float *param, const float *grad, float *m, float *v, size_t n,

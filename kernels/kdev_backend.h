@@ -27,7 +27,7 @@ extern "C" {
 #define KDEV_CUDA_ENTRY_NAME "hearth_kdev_cuda_ops"
 /* Bumped whenever kdev_ops or struct kdev changes: a library of another version is
  * refused rather than called through a table of another layout. */
-#define KDEV_ABI 7
+#define KDEV_ABI 8
 
 struct kdev {
     const kdev_ops *ops;
@@ -158,6 +158,14 @@ struct kdev_ops {
     int (*amax)(kdev *d, float *amax, const float *x, size_t n);
     int (*fp8_qdq)(kdev *d, float *out, const float *x, size_t n, float scale,
                    kfp8_format f);
+    /* As head_ce: HERR_NOALGO having done nothing where the backend has no FP8 GEMM for
+     * the arguments (the cpu: always), and kdev.c runs the emulation in ws. */
+    int (*fp8_matmul_forward)(kdev *d, float *ws, float *out, const float *inp,
+                              const float *w, const float *bias, int M, int K, int N,
+                              float sx, float sw);
+    int (*fp8_matmul_backward)(kdev *d, float *ws, float *dinp, float *dw, const float *dout,
+                               const float *inp, const float *w, int M, int K, int N,
+                               float sx, float sw, float sd, kfp8_format fd);
 
     int (*adamw_update)(kdev *d, float *param, const float *grad, float *m, float *v,
                         size_t n, float lr, float beta1, float beta2, float eps,

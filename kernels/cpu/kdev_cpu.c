@@ -523,6 +523,25 @@ static int cpu_fp8_qdq(kdev *d, float *out, const float *x, size_t n, float scal
     return 0;
 }
 
+/* The FP8 linear is its emulation on the cpu (kdev.c composes it). */
+static int cpu_fp8_matmul_forward(kdev *d, float *ws, float *out, const float *inp,
+                                  const float *w, const float *bias, int M, int K, int N,
+                                  float sx, float sw)
+{
+    (void)d, (void)ws, (void)out, (void)inp, (void)w, (void)bias, (void)M, (void)K, (void)N;
+    (void)sx, (void)sw;
+    return HERR_NOALGO;
+}
+
+static int cpu_fp8_matmul_backward(kdev *d, float *ws, float *dinp, float *dw,
+                                   const float *dout, const float *inp, const float *w, int M,
+                                   int K, int N, float sx, float sw, float sd, kfp8_format fd)
+{
+    (void)d, (void)ws, (void)dinp, (void)dw, (void)dout, (void)inp, (void)w, (void)M, (void)K;
+    (void)N, (void)sx, (void)sw, (void)sd, (void)fd;
+    return HERR_NOALGO;
+}
+
 static int cpu_adamw_update(kdev *d, float *param, const float *grad, float *m, float *v,
                             size_t n, float lr, float beta1, float beta2, float eps,
                             float weight_decay, int step)
@@ -622,6 +641,8 @@ static const kdev_ops cpu_ops = {
     .moe_unpermute_backward = cpu_moe_unpermute_backward,
     .amax = cpu_amax,
     .fp8_qdq = cpu_fp8_qdq,
+    .fp8_matmul_forward = cpu_fp8_matmul_forward,
+    .fp8_matmul_backward = cpu_fp8_matmul_backward,
     .adamw_update = cpu_adamw_update,
     .sumsq = cpu_sumsq,
     .sumsq_multi = cpu_sumsq_multi,

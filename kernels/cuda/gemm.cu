@@ -479,3 +479,10 @@ extern "C" int kcuda_matmul_backward_bf16_f32w(kcuda_ctx *ctx, kcuda_bf16 *dinp,
     }
     return KCUDA_OK;
 }
+
+/* ---- the algorithm cache, for the other GEMM files (gemm_fp8.cu) ----------------- */
+
+struct kcuda_gemm_entry *kcuda_gemm_cache_slot(kcuda_ctx *ctx, const struct kcuda_gemm_key *key)
+{
+    return cache_slot(ctx, key);
+}

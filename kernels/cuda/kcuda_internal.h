@@ -40,6 +40,10 @@ struct kcuda_ctx {
     char msg[256];
 };
 
+/* The cache entry of key (gemm.cu): the one holding it, else a free one (used == 0) to
+ * fill, else NULL (table full).  Keys of other GEMM files use dtypes of their own. */
+struct kcuda_gemm_entry *kcuda_gemm_cache_slot(kcuda_ctx *ctx, const struct kcuda_gemm_key *key);
+
 int kcuda_fail(kcuda_ctx *ctx, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Checks the last launch error; returns 0 or KCUDA_ECUDA with a message naming `what`. */

@@ -1,9 +1,10 @@
 /* kdev_cuda_fp8.cu - FP8 emulation on the device: amax (reduced on the device, read back
  * to a host float) and the quantise-dequantise of kernels/cpu/fp8.c, ported operation for
- * operation with explicitly rounded fp32 intrinsics (no contraction into FMAs), so that
- * every finite result has the cpu backend's bits.  NaN results are NaN on both, though
- * their payload may differ (the GPU returns the canonical NaN). */
+ * operation (kcuda_fp8.cuh), so that every finite result has the cpu backend's bits.  NaN
+ * results are NaN on both, though their payload may differ (the GPU returns the canonical
+ * NaN). */
 #include "cuda/kdev_cuda_internal.h"
+#include "cuda/kcuda_fp8.cuh"
 
 #include <math.h>
 #include <stdint.h>
@@ -81,44 +82,14 @@ int cuda_amax(kdev *d, float *amax, const float *x, size_t n)
     return cuda_download(d, amax, res, sizeof *amax);
 }
 
-/* ---- quantise-dequantise ----------------------------------------------------------------
- * kernels/cpu/fp8.c round_fp8: in the normal range, round-to-nearest-even of the fp32
- * mantissa to mbits bits on the bit pattern; below the smallest normal, (a + c) - c with
- * c = 2^(emin - mbits + 23) rounds to the subnormal spacing. */
-struct cuda_fp8_fmt {
-    int mbits, has_inf;
-    float max, min_normal, c;
-};
-
-__device__ __forceinline__ float cuda_round_fp8(float x, const cuda_fp8_fmt F)
-{
-    float a = fabsf(x);
-    if (!(a < F.max)) {
-        if (isnan(a))
-            return x;
-        if (isinf(a))
-            return F.has_inf ? x : NAN;
-        return copysignf(F.max, x);
-    }
-    float v;
-    if (a < F.min_normal) {
-        v = __fsub_rn(__fadd_rn(a, F.c), F.c);
-    } else {
-        uint32_t b = __float_as_uint(a);
-        int sh = 23 - F.mbits;
-        b += ((1u << (sh - 1)) - 1) + ((b >> sh) & 1);
-        b &= ~((1u << sh) - 1);
-        v = __uint_as_float(b);
-    }
-    return copysignf(v > F.max ? F.max : v, x);
-}
+/* ---- quantise-dequantise (the rounding: kcuda_fp8.cuh) ---------------------------------- */
 
 __global__ void cuda_fp8_qdq_kernel(float *out, const float *x, size_t n, float scale,
-                                    cuda_fp8_fmt F)
+                                    kcuda_fp8_fmt F)
 {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        out[i] = __fdiv_rn(cuda_round_fp8(__fmul_rn(x[i], scale), F), scale);
+        out[i] = __fdiv_rn(kcuda_fp8_round(__fmul_rn(x[i], scale), F), scale);
 }
 
 int cuda_fp8_qdq(kdev *d, float *out, const float *x, size_t n, float scale, kfp8_format f)
@@ -127,13 +98,7 @@ int cuda_fp8_qdq(kdev *d, float *out, const float *x, size_t n, float scale, kfp
         return kdev_fail(d, HERR_ARG, "fp8_qdq: unknown format %d", (int)f);
     if (!n)
         return 0;
-    int mbits = f == KFP8_E4M3 ? 3 : 2, bias = f == KFP8_E4M3 ? 7 : 15;
-    cuda_fp8_fmt F;
-    F.mbits = mbits;
-    F.has_inf = f == KFP8_E5M2;
-    F.max = f == KFP8_E4M3 ? KFP8_E4M3_MAX : KFP8_E5M2_MAX;
-    F.min_normal = (float)ldexp(1.0, 1 - bias);
-    F.c = (float)ldexp(1.0, 1 - bias - mbits + 23);
+    kcuda_fp8_fmt F = kcuda_fp8_fmt_of(f == KFP8_E4M3 ? KCUDA_FP8_E4M3 : KCUDA_FP8_E5M2);
     cuda_fp8_qdq_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream(d)>>>(out, x, n, scale, F);
     return cuda_launched(d, "fp8_qdq");
 }

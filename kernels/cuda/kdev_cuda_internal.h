@@ -13,6 +13,7 @@
  *   kdev_cuda_moe.cu     mixture-of-experts routing and permutations, fp32
  *   kdev_cuda_gemm16.cu, kdev_cuda_attn16.cu, kdev_cuda_bf16.cu   the precision BF16
  *   kdev_cuda_head.cu    the LM head with its cross-entropy on bf16 logits
+ *   kdev_cuda_fp8gemm.cu the FP8 linear on FP8 tensor cores (kcuda's gemm_fp8.cu)
  *
  * Determinism: every kernel here gives the same bits on every run (no floating-point
  * atomics; reductions in a fixed order that depends only on the shapes). */
@@ -275,6 +276,16 @@ CUDA_PRIVATE int cuda_moe_unpermute_backward(kdev *d, float *dexpert_out, float 
                                              const float *dout, const float *expert_out,
                                              const float *topk_w, const int *slot_row, int N,
                                              int K, int C);
+
+/* kdev_cuda_fp8gemm.cu: kdev_fp8_matmul_* through cuBLASLt's FP8 GEMMs; HERR_NOALGO
+ * having done nothing for shapes it does not take (kdev.c then runs the emulation). */
+CUDA_PRIVATE int cuda_fp8_matmul_forward(kdev *d, float *ws, float *out, const float *inp,
+                                         const float *w, const float *bias, int M, int K,
+                                         int N, float sx, float sw);
+CUDA_PRIVATE int cuda_fp8_matmul_backward(kdev *d, float *ws, float *dinp, float *dw,
+                                          const float *dout, const float *inp, const float *w,
+                                          int M, int K, int N, float sx, float sw, float sd,
+                                          kfp8_format fd);
 
 /* ---- device helpers -------------------------------------------------------------------- */
 #ifdef __CUDACC__

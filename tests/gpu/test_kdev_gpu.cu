@@ -10,7 +10,9 @@
  *
  * Tolerances, max |gpu - cpu| / max |cpu| over the tensor:
  *   TOL_F32  1e-5  fp32 kernels whose sums run in another order or in fp32 where the
- *                  reference uses double (matmul, norms, RoPE, activations, MoE sums);
+ *                  reference uses double (matmul, norms, RoPE, activations, MoE sums,
+ *                  the FP8 linear: the same quantised values on both, the GPU's FP8
+ *                  GEMM dequantising the sum rather than each operand);
  *   TOL_ATT  1e-4  attention (online softmax, warp-order dot products);
  *   TOL_BF16 3e-2  matmul and attention at precision BF16 (operands rounded to 8 bits of
  *                  mantissa, fp32 accumulation);
@@ -1112,6 +1114,78 @@ static int test_fp8(struct tctx *t)
     return f + t->bad;
 }
 
+/* The FP8 linear (kdev_fp8_matmul_*): the cuda device's FP8 GEMM (shapes of multiples of
+ * 16) or its emulation (other shapes) against the cpu's emulation, with the scales the
+ * model would take from these tensors' amax.  The quantised values are the same (the
+ * codes bit for bit: test_fp8_gpu); the products differ by the order of the fp32 sums
+ * and by dequantising the sum instead of each operand, hence TOL_F32.  gemm: whether the
+ * cuda device must take its FP8 GEMM (ws = NULL succeeds) or must refuse it (HERR_NOALGO,
+ * its status untouched). */
+static int fp8mm_case(struct tctx *t, const char *tag, int M, int K, int N, int gemm)
+{
+    char w[64];
+    int f = 0;
+    size_t nx = (size_t)M * K, nw = (size_t)N * K, ny = (size_t)M * N;
+    float *hx = hrand(t, nx, -3, 3), *hw = hrand(t, nw, -0.2f, 0.2f);
+    float *hy = hrand(t, ny, -1e-3f, 1e-3f);
+    struct dp x = dp_make(t, hx, nx * 4), wt = dp_make(t, hw, nw * 4);
+    struct dp dout = dp_make(t, hy, ny * 4), bias = dp_rand(t, N, -1, 1);
+    struct dp o1 = dp_nan(t, ny), o2 = dp_nan(t, ny), ws = dp_make(t, NULL, (ny + nx + nw) * 4);
+    float *hdi = hrand(t, nx, -1e-3f, 1e-3f), *hdw = hrand(t, nw, -1e-3f, 1e-3f);
+    struct dp di = dp_make(t, hdi, nx * 4), dw = dp_make(t, hdw, nw * 4);
+    struct dp di1 = dp_make(t, hdi, nx * 4), dw1 = dp_make(t, hdw, nw * 4);
+    float sx = kcpu_fp8_scale(kcpu_amax(hx, nx), KFP8_E4M3, 0, 1.0f);
+    float sw = kcpu_fp8_scale(kcpu_amax(hw, nw), KFP8_E4M3, 0, 1.0f);
+    float sd = kcpu_fp8_scale(kcpu_amax(hy, ny), KFP8_E5M2, 0, 1.0f);
+    if (t->bad)
+        return 1;
+    for (int k = 0; k < 2; k++) {
+        kdev *d = t->d[k];
+        CK(kdev_fp8_matmul_forward(d, FP(ws, k), FP(o1, k), FP(x, k), FP(wt, k), FP(bias, k),
+                                   M, K, N, sx, sw));
+        CK(kdev_fp8_matmul_forward(d, FP(ws, k), FP(o2, k), FP(x, k), FP(wt, k), NULL, M, K,
+                                   N, sx, sw));
+        CK(kdev_fp8_matmul_backward(d, FP(ws, k), FP(di, k), FP(dw, k), FP(dout, k), FP(x, k),
+                                    FP(wt, k), M, K, N, sx, sw, sd, KFP8_E5M2));
+        /* one gradient at a time */
+        CK(kdev_fp8_matmul_backward(d, FP(ws, k), FP(di1, k), NULL, FP(dout, k), FP(x, k),
+                                    FP(wt, k), M, K, N, sx, sw, sd, KFP8_E5M2));
+        CK(kdev_fp8_matmul_backward(d, FP(ws, k), NULL, FP(dw1, k), FP(dout, k), FP(x, k),
+                                    FP(wt, k), M, K, N, sx, sw, sd, KFP8_E5M2));
+    }
+    /* the cuda device without ws: its FP8 GEMM, or a clean refusal */
+    int rc = kdev_fp8_matmul_forward(t->d[1], NULL, FP(o2, 1), FP(x, 1), FP(wt, 1), NULL, M, K,
+                                     N, sx, sw);
+    int want = gemm ? 0 : HERR_NOALGO;
+    if (rc != want || kdev_status(t->d[1]) != 0) {
+        printf("# %s: fp8_matmul_forward without ws returned %d (status %d), want %d: %s\n",
+               tag, rc, kdev_status(t->d[1]), want, kdev_errmsg(t->d[1]));
+        f++;
+    }
+    gu_note(t, " %s=%s", tag, gemm ? "fp8gemm" : "emulated");
+    struct {
+        const char *n;
+        struct dp b;
+        size_t len;
+    } chk[] = {{"out", o1, ny}, {"out_nb", o2, ny}, {"dinp", di, nx}, {"dw", dw, nw},
+               {"dinp1", di1, nx}, {"dw1", dw1, nw}};
+    for (size_t i = 0; i < sizeof chk / sizeof chk[0]; i++) {
+        snprintf(w, sizeof w, "%s.%s", tag, chk[i].n);
+        f += cmp_tol(t, w, chk[i].b, chk[i].len, TOL_F32);
+    }
+    return f;
+}
+
+static int test_fp8_gemm(struct tctx *t)
+{
+    int f = fp8mm_case(t, "64x256x512", 64, 256, 512, 1);
+    f += fp8mm_case(t, "256x1024x128", 256, 1024, 128, 1);
+    f += fp8mm_case(t, "16x4096x32", 16, 4096, 32, 1);
+    f += fp8mm_case(t, "37x72x200", 37, 72, 200, 0);   /* M % 16: the emulation */
+    f += fp8mm_case(t, "64x72x48", 64, 72, 48, 0);     /* K % 16 */
+    return f + t->bad;
+}
+
 static int test_optimizer(struct tctx *t)
 {
     int f = 0;
@@ -1251,6 +1325,7 @@ static const struct {
     {"ce", test_ce},
     {"moe", test_moe},
     {"fp8", test_fp8},
+    {"fp8_gemm", test_fp8_gemm},
     {"optimizer", test_optimizer},
     {"determinism", test_determinism},
     {"errors", test_errors},

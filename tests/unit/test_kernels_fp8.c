@@ -1,5 +1,6 @@
 /* test_kernels_fp8.c - FP8 emulation: every code, ties to even, saturation, subnormals,
- * NaN/inf, and random values against a brute-force nearest-value search in double. */
+ * NaN/inf, and random values against a brute-force nearest-value search in double; the
+ * cpu device's FP8 linear (kdev_fp8_matmul_*) is exactly that emulation. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kdev.h"
 #include "kernels.h"
 #include "support/testutil.h"
 
@@ -302,6 +304,65 @@ static void test_qdq_equals_decode_encode(void **state)
     free(x), free(out);
 }
 
+/* The cpu device's FP8 linear is the emulation, bit for bit: kcpu_fp8_qdq of the
+ * operands, then the fp32 matmul (forward and backward, each gradient alone and both,
+ * E5M2 and E4M3 gradients); without ws it refuses with HERR_NOALGO and no failure
+ * status (the cpu has no FP8 GEMM). */
+static void test_kdev_fp8_matmul_cpu(void **state)
+{
+    (void)state;
+    tu_rng rng = tu_rng_fresh();
+    int M = 1 + tu_randint(&rng, 0, 40), K = 1 + tu_randint(&rng, 0, 70), N = 1 + tu_randint(&rng, 0, 50);
+    size_t nx = (size_t)M * K, nw = (size_t)N * K, ny = (size_t)M * N;
+    float *x = tu_falloc(nx), *w = tu_falloc(nw), *dy = tu_falloc(ny), *b = tu_falloc((size_t)N);
+    float *ws = tu_falloc(nx + nw + ny), *q = tu_falloc(nx + nw + ny);
+    float *out = tu_falloc(ny), *ref = tu_falloc(ny);
+    float *dx = tu_falloc(nx), *dxr = tu_falloc(nx), *dw = tu_falloc(nw), *dwr = tu_falloc(nw);
+    tu_fill_normal(&rng, x, nx, 0, 2);
+    tu_fill_normal(&rng, w, nw, 0, 0.1f);
+    tu_fill_normal(&rng, dy, ny, 0, 1e-3f);
+    tu_fill_normal(&rng, b, (size_t)N, 0, 1);
+    float sx = kcpu_fp8_scale(kcpu_amax(x, nx), KFP8_E4M3, 0, 1.0f);
+    float sw = kcpu_fp8_scale(kcpu_amax(w, nw), KFP8_E4M3, 0, 1.0f);
+    kdev *d = NULL;
+    char err[256];
+    assert_int_equal(kdev_create(&d, KDEV_CPU, err, sizeof err), 0);
+
+    assert_int_equal(kdev_fp8_matmul_forward(d, NULL, out, x, w, b, M, K, N, sx, sw),
+                     HERR_NOALGO);
+    assert_int_equal(kdev_status(d), 0);
+    assert_int_equal(kdev_fp8_matmul_forward(d, ws, out, x, w, b, M, K, N, sx, sw), 0);
+    kcpu_fp8_qdq(q, x, nx, sx, KFP8_E4M3);
+    kcpu_fp8_qdq(q + nx, w, nw, sw, KFP8_E4M3);
+    kcpu_matmul_forward(ref, q, q + nx, b, M, K, N);
+    TU_ASSERT_BITWISE(out, ref, ny, &rng, "fp8 forward");
+
+    for (int f = 0; f < 2; f++)
+        for (int which = 1; which <= 3; which++) {   /* 1: dinp, 2: dw, 3: both */
+            float sd = kcpu_fp8_scale(kcpu_amax(dy, ny), (kfp8_format)f, 0, 1.0f);
+            float *gx = which & 1 ? dx : NULL, *gw = which & 2 ? dw : NULL;
+            float *rx = which & 1 ? dxr : NULL, *rw = which & 2 ? dwr : NULL;
+            tu_fill_normal(&rng, dx, nx, 0, 1);
+            tu_fill_normal(&rng, dw, nw, 0, 1);
+            memcpy(dxr, dx, nx * sizeof(float));
+            memcpy(dwr, dw, nw * sizeof(float));
+            assert_int_equal(kdev_fp8_matmul_backward(d, NULL, gx, gw, dy, x, w, M, K, N, sx,
+                                                      sw, sd, (kfp8_format)f), HERR_NOALGO);
+            assert_int_equal(kdev_fp8_matmul_backward(d, ws, gx, gw, dy, x, w, M, K, N, sx, sw,
+                                                      sd, (kfp8_format)f), 0);
+            kcpu_fp8_qdq(q, dy, ny, sd, (kfp8_format)f);
+            kcpu_fp8_qdq(q + ny, x, nx, sx, KFP8_E4M3);
+            kcpu_fp8_qdq(q + ny + nx, w, nw, sw, KFP8_E4M3);
+            kcpu_matmul_backward(rx, rw, NULL, q, q + ny, q + ny + nx, M, K, N);
+            TU_ASSERT_BITWISE(dx, dxr, nx, &rng, "fp8 dinp");
+            TU_ASSERT_BITWISE(dw, dwr, nw, &rng, "fp8 dw");
+        }
+    assert_int_equal(kdev_status(d), 0);
+    kdev_free(d);
+    free(x), free(w), free(dy), free(b), free(ws), free(q), free(out), free(ref);
+    free(dx), free(dxr), free(dw), free(dwr);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -313,6 +374,7 @@ int main(void)
         cmocka_unit_test(test_amax_scale_history),
         cmocka_unit_test(test_qdq_random),
         cmocka_unit_test(test_qdq_equals_decode_encode),
+        cmocka_unit_test(test_kdev_fp8_matmul_cpu),
     };
     return cmocka_run_group_tests_name("kernels_fp8", tests, NULL, NULL);
 }

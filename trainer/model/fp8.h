@@ -1,7 +1,9 @@
-/* fp8.h - FP8 linears of the model, emulated on the fp32 CPU path (precision.fp8).
+/* fp8.h - FP8 linears of the model (precision.fp8).
  *
  * A linear that the plan puts in FP8 computes as the FP8 GEMM would: its operands are
  * quantised and dequantised (kernels.h, kcpu_fp8_qdq) and the product accumulates in fp32.
+ * The products are device ops (kdev_fp8_matmul_*): the cpu runs exactly that emulation,
+ * a GPU its FP8 GEMM on the same quantised values where the shape allows (docs/fp8.md).
  *   forward    out = Q4(x) . Q4(w)^T + b           Q4: E4M3 with a per-tensor scale
  *   backward   dx += Q5(dy) . Q4(w),  dw += Q5(dy)^T . Q4(x),  db += column sums of dy
  *              Q5: E5M2; x and w with the scales their forward used

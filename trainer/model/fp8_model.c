@@ -1,4 +1,6 @@
-/* fp8_model.c - the FP8 plan of a model and its emulated FP8 linears (fp8.h). */
+/* fp8_model.c - the FP8 plan of a model and its FP8 linears (fp8.h): the scales here,
+ * the products in the device (kdev_fp8_matmul_*: FP8 GEMMs on a GPU, the emulation on
+ * the cpu). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,7 +34,8 @@ typedef struct fp8_model {
     int owner;
     fp8_layer *layers;
     int n_layers;
-    float *scratch;           /* this object's quantised operands (on its model's device) */
+    float *scratch;           /* this object's emulation scratch (on its model's device;
+                                 only where the device has no FP8 GEMM for a shape) */
     kdev *dev;
     size_t cap;
 } fp8_model;
@@ -383,13 +386,16 @@ int fp8_linear_forward(kdev *dev, fp8_layer *f, int kind, int e, int tokens, flo
     float sw = scale_of(f, kind, u, T_W, amax[1], KFP8_E4M3);
     f->saved[2 * u] = sx;
     f->saved[2 * u + 1] = sw;
-    float *qx = scratch(dev, f, nx + nw, err);
-    if (!qx)
-        return HERR_NOMEM;
-    float *qw = qx + nx;
-    kdev_fp8_qdq(dev, qx, inp, nx, sx, KFP8_E4M3);
-    kdev_fp8_qdq(dev, qw, w, nw, sw, KFP8_E4M3);
-    kdev_matmul_forward(dev, out, qx, qw, bias, M, K, N);
+    /* The device's FP8 GEMM; where it has none for the shape (the cpu: never), the
+     * emulation in the fp32 scratch, which is allocated only then.  Other failures show
+     * in the device's status, as for every op. */
+    if (kdev_fp8_matmul_forward(dev, NULL, out, inp, w, bias, M, K, N, sx, sw) ==
+        HERR_NOALGO) {
+        float *ws = scratch(dev, f, nx + nw, err);
+        if (!ws)
+            return HERR_NOMEM;
+        kdev_fp8_matmul_forward(dev, ws, out, inp, w, bias, M, K, N, sx, sw);
+    }
     return 0;
 }
 
@@ -418,16 +424,14 @@ int fp8_linear_backward(kdev *dev, fp8_layer *f, int kind, int e, float *dinp, f
         return rc;
     }
     float sd = scale_of(f, kind, u, T_DY, amax[0], KFP8_E5M2);
-    float *qd = scratch(dev, f, ny + (dw ? nx : 0) + (dinp ? nw : 0), err);
-    if (!qd)
-        return HERR_NOMEM;
-    float *qx = dw ? qd + ny : NULL, *qw = dinp ? qd + ny + (dw ? nx : 0) : NULL;
-    kdev_fp8_qdq(dev, qd, dout, ny, sd, KFP8_E5M2);
-    if (qx)
-        kdev_fp8_qdq(dev, qx, inp, nx, sx, KFP8_E4M3);
-    if (qw)
-        kdev_fp8_qdq(dev, qw, w, nw, sw, KFP8_E4M3);
-    kdev_matmul_backward(dev, dinp, dw, NULL, qd, qx, qw, M, K, N);
+    if (kdev_fp8_matmul_backward(dev, NULL, dinp, dw, dout, inp, w, M, K, N, sx, sw, sd,
+                                 KFP8_E5M2) == HERR_NOALGO) {   /* as in the forward */
+        float *ws = scratch(dev, f, ny + (dw ? nx : 0) + (dinp ? nw : 0), err);
+        if (!ws)
+            return HERR_NOMEM;
+        kdev_fp8_matmul_backward(dev, ws, dinp, dw, dout, inp, w, M, K, N, sx, sw, sd,
+                                 KFP8_E5M2);
+    }
     if (db)         /* the bias gradient from the unquantised dy, as the fused GPU cast */
         kdev_matmul_backward(dev, NULL, NULL, db, dout, NULL, NULL, M, K, N);
     return 0;

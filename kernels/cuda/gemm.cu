@@ -76,6 +76,31 @@ static struct kcuda_gemm_entry *cache_slot(kcuda_ctx *ctx, const struct kcuda_ge
     return NULL;
 }
 
+/* A heuristic preference bounded by the context's workspace, every operand `align`
+ * bytes aligned; on failure *pref is NULL. */
+int kcuda_lt_preference(kcuda_ctx *ctx, uint32_t align, cublasLtMatmulPreference_t *pref)
+{
+    int rc = KCUDA_OK;
+    static const cublasLtMatmulPreferenceAttributes_t which[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    *pref = NULL;
+    LT(cublasLtMatmulPreferenceCreate(pref), "preference create");
+    LT(cublasLtMatmulPreferenceSetAttribute(*pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                            &ctx->workspace_bytes,
+                                            sizeof ctx->workspace_bytes),
+       "set MAX_WORKSPACE_BYTES");
+    for (int i = 0; i < 4; i++)
+        LT(cublasLtMatmulPreferenceSetAttribute(*pref, which[i], &align, sizeof align),
+           "set MIN_ALIGNMENT");
+    return KCUDA_OK;
+done:
+    if (*pref)
+        cublasLtMatmulPreferenceDestroy(*pref);
+    *pref = NULL;
+    return rc;
+}
+
 /* fast: fp32 operands rounded to bf16 on the tensor cores (CUBLAS_COMPUTE_32F_FAST_16BF),
  * fp32 accumulation; else exact fp32 (never TF32). */
 static int lt_matmul_ct(kcuda_ctx *ctx, const struct gemm_args *g, int fast)
@@ -145,19 +170,8 @@ static int lt_matmul_ct(kcuda_ctx *ctx, const struct gemm_args *g, int fast)
     {
         uint32_t al = (uint32_t)key.align;
         int found = 0;
-        LT(cublasLtMatmulPreferenceCreate(&pref), "preference create");
-        LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                &ctx->workspace_bytes,
-                                                sizeof ctx->workspace_bytes),
-           "set MAX_WORKSPACE_BYTES");
-        LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                                &al, sizeof al), "align A");
-        LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                                &al, sizeof al), "align B");
-        LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                &al, sizeof al), "align C");
-        LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                                &al, sizeof al), "align D");
+        if ((rc = kcuda_lt_preference(ctx, al, &pref)) < 0)
+            goto done;
         LT(cublasLtMatmulAlgoGetHeuristic(ctx->lt, op, la, lb, lc, lc, pref, 1, &res, &found),
            "cublasLtMatmulAlgoGetHeuristic");
         if (found < 1) {

@@ -145,19 +145,8 @@ static int fp8_heuristic(kcuda_ctx *ctx, cublasLtMatmulDesc_t op, cublasLtMatrix
     int rc = KCUDA_OK, found = 0;
     uint32_t al = 16;
     cublasLtMatmulPreference_t pref = NULL;
-    LT(cublasLtMatmulPreferenceCreate(&pref), "preference create");
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                            &ctx->workspace_bytes,
-                                            sizeof ctx->workspace_bytes),
-       "set MAX_WORKSPACE_BYTES");
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                            &al, sizeof al), "align A");
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                            &al, sizeof al), "align B");
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                            &al, sizeof al), "align C");
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                            &al, sizeof al), "align D");
+    if ((rc = kcuda_lt_preference(ctx, al, &pref)) < 0)
+        goto done;
     {
         /* NOT_SUPPORTED is how cuBLASLt says "no FP8 here" on older GPUs */
         cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(ctx->lt, op, la, lb, lc, lc, pref, 1,

@@ -44,6 +44,10 @@ struct kcuda_ctx {
  * fill, else NULL (table full).  Keys of other GEMM files use dtypes of their own. */
 struct kcuda_gemm_entry *kcuda_gemm_cache_slot(kcuda_ctx *ctx, const struct kcuda_gemm_key *key);
 
+/* A cuBLASLt heuristic preference (gemm.cu): the context's workspace as the limit, every
+ * operand `align` bytes aligned.  Freed by the caller; NULL on failure. */
+int kcuda_lt_preference(kcuda_ctx *ctx, uint32_t align, cublasLtMatmulPreference_t *pref);
+
 int kcuda_fail(kcuda_ctx *ctx, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Checks the last launch error; returns 0 or KCUDA_ECUDA with a message naming `what`. */

@@ -184,6 +184,9 @@ static const struct { const char *key, *doc; } spec_docs[] = {
                     "naming the count" },
     { "after", "a mapping {experiment: NAME, on: ok|any}: start only after that experiment's "
                "runs ended (all completed, or ended at all)" },
+    { "auto", "how \\fBauto\\fR values resolve: {fp8: {threshold: X, max_err: Y}}, the "
+              "speedup (>= 1, default 1.05) and the largest FP8 error (default 0.1) that "
+              "\\fBprecision.fp8: auto\\fR asks of a layer kind in the layer benchmarks" },
     { "nodes", "nodes per job (cuda runs)" },
     { "gpus_per_node", "GPUs per node (cuda runs; one rank per GPU)" },
     { "cpus_per_task", "CPU threads of a CPU run (the local backend runs CPUs / cpus_per_task "

@@ -208,7 +208,11 @@ static int resolve_fp8(select_auto *a, run_config *cfg, select_auto_note *n, hea
                  a->bench.gpu, cfg->device == DEVICE_CPU ? "the cpu" : "a GPU");
         return 0;
     }
-    select_fp8_opts o = { .threshold = SELECT_FP8_THRESHOLD, .max_err = SELECT_FP8_MAX_ERR };
+    /* the spec's auto.fp8 where it sets them */
+    select_fp8_opts o = { .threshold = a->s->fp8_threshold > 0 ? a->s->fp8_threshold
+                                                                : SELECT_FP8_THRESHOLD,
+                          .max_err = a->s->fp8_max_err >= 0 ? a->s->fp8_max_err
+                                                             : SELECT_FP8_MAX_ERR };
     /* each component at the token count its linears see (what the trainer matches) */
     fp8_micro_tokens mt;
     fp8_micro_tokens_of(cfg, &mt);

@@ -20,7 +20,7 @@
 
 static const char *const top_keys[] = {
     "name", "trainer", "base", "resources", "matrix", "zip", "include", "exclude",
-    "where", "repeat", "retries", "after", "max_points", NULL,
+    "where", "repeat", "retries", "after", "max_points", "auto", NULL,
 };
 
 /* Scalar resources keys (those a point may override) and the list ones. */
@@ -924,6 +924,73 @@ static expr_vtype key_type(void *ctx, const char *key)
     return spec_key_type(key);
 }
 
+/* A number in [lo, hi] at KEY (p's value). */
+static int read_number(reader *r, const char *key, const yaml_tree_pair *p, double lo,
+                       double hi, double *out)
+{
+    if (yaml_tree_as_double(p->value, out) != 1 || !(*out >= lo && *out <= hi)) {
+        char got[96];
+        yaml_tree_describe(p->value, got, sizeof got);
+        return fail(r, p->value->line, p->value->col, key, "expected a number in [%g, %g], "
+                    "got %s", lo, hi, got);
+    }
+    return 0;
+}
+
+/* One key of auto.fp8 (`name`: threshold or max_err) with its value in q. */
+static int read_auto_fp8(reader *r, const char *name, const yaml_tree_pair *q)
+{
+    static const char *const fp8_keys[] = { "threshold", "max_err", NULL };
+    char fk[300];
+    snprintf(fk, sizeof fk, "auto.fp8.%s", name);
+    if (!in_list(fp8_keys, name)) {
+        field_suggestion sg;
+        field_suggest_init(&sg);
+        for (int j = 0; fp8_keys[j]; j++)
+            field_suggest_add(&sg, name, fp8_keys[j]);
+        const char *best = field_suggest_result(&sg, name);
+        char hint[120] = "";
+        if (best)
+            snprintf(hint, sizeof hint, " (did you mean 'auto.fp8.%s'?)", best);
+        return fail(r, q->line, q->col, fk, "unknown key%s", hint);
+    }
+    if (strcmp(name, "threshold") == 0)
+        return read_number(r, fk, q, 1.0, 1000.0, &r->s->fp8_threshold);
+    return read_number(r, fk, q, 0.0, 1.0, &r->s->fp8_max_err);
+}
+
+/* auto: how `auto` values resolve (docs/select.md); today auto.fp8.threshold and
+ * auto.fp8.max_err, nested or dotted (`fp8.threshold: 1.1`, what --set writes). */
+static int read_auto(reader *r, const yaml_tree_node *map)
+{
+    int rc;
+    if (yaml_tree_is_null(map))
+        return 0;
+    if ((rc = expect_kind(r, "auto", map, YAML_TREE_MAP, "a mapping (auto.fp8: ...)")))
+        return rc;
+    for (int i = 0; i < map->n_pairs; i++) {
+        const yaml_tree_pair *p = &map->pairs[i];
+        char key[200];
+        snprintf(key, sizeof key, "auto.%s", p->key);
+        if (strncmp(p->key, "fp8.", 4) == 0) {
+            if ((rc = read_auto_fp8(r, p->key + 4, p)))
+                return rc;
+            continue;
+        }
+        if (strcmp(p->key, "fp8") != 0)
+            return fail(r, p->line, p->col, key, "unknown key (auto has fp8)");
+        const yaml_tree_node *f = p->value;
+        if (yaml_tree_is_null(f))
+            continue;
+        if ((rc = expect_kind(r, key, f, YAML_TREE_MAP, "a mapping (threshold, max_err)")))
+            return rc;
+        for (int k = 0; k < f->n_pairs; k++)
+            if ((rc = read_auto_fp8(r, f->pairs[k].key, &f->pairs[k])))
+                return rc;
+    }
+    return 0;
+}
+
 static int read_where(reader *r, const yaml_tree_node *n)
 {
     spec *s = r->s;
@@ -1054,6 +1121,7 @@ static int read_spec(reader *r)
         return rc;
     s->repeat = 1;
     s->max_points = SPEC_MAX_POINTS_DEFAULT;
+    s->fp8_max_err = -1;   /* unset: the default */
     const yaml_tree_pair *name_pair = NULL;
     /* Sections are read in a fixed order (matrix before zip, ...) whatever the file's
      * order, so "already swept" checks see the matrix first. */
@@ -1075,7 +1143,7 @@ static int read_spec(reader *r)
     }
     static const char *const order[] = {
         "name", "trainer", "base", "resources", "matrix", "zip", "include", "exclude",
-        "where", "repeat", "retries", "after", "max_points", NULL,
+        "where", "repeat", "retries", "after", "max_points", "auto", NULL,
     };
     for (int o = 0; order[o]; o++) {
         const yaml_tree_pair *p = yaml_tree_get_pair(root, order[o]);
@@ -1133,6 +1201,9 @@ static int read_spec(reader *r)
             if ((rc = read_int(r, p, 0, 1000, &n)))
                 return rc;
             s->retries = (int)n;
+        } else if (strcmp(k, "auto") == 0) {
+            if ((rc = read_auto(r, v)))
+                return rc;
         } else if (strcmp(k, "max_points") == 0) {
             if ((rc = read_int(r, p, 1, INT64_MAX, &n)))
                 return rc;

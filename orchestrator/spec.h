@@ -22,6 +22,7 @@
  *                                    #   SPEC_MAX_POINTS_DEFAULT; expand.h refuses more)
  *     retries: 1
  *     after: {experiment: warmup, on: ok}
+ *     auto: {fp8: {threshold: 1.1, max_err: 0.05}}   # what `fp8: auto` asks (select.md)
  *
  * Every dotted key (matrix, zip, include, exclude, where) must be a run-config key
  * (trainer/shape/fields.h tables: "train.lr", "model" / "model.preset", "model.decoder.heads",
@@ -144,6 +145,10 @@ typedef struct spec {
     const char *after_experiment;     /* NULL when absent */
     spec_after_on after_on;
     int after_line, after_col;
+    double fp8_threshold;             /* auto.fp8.threshold: the speedup fp8: auto asks of a
+                                         layer kind; 0 = the default (docs/select.md) */
+    double fp8_max_err;               /* auto.fp8.max_err: its largest FP8 error; < 0 =
+                                         the default */
     unsigned base_auto;               /* SPEC_AUTO_* bits that `base` sets to auto */
     unsigned any_auto;                /* ... that base or any swept value sets to auto */
     int n_sets;                       /* --set overrides applied (spec_load_set) */

@@ -9,7 +9,8 @@
 #include "spec.h"
 
 /* The top-level keys whose value is a mapping that an override may reach into. */
-static const char *const mapping_keys[] = { "base", "resources", "matrix", "after", NULL };
+static const char *const mapping_keys[] = { "base", "resources", "matrix", "after", "auto",
+                                             NULL };
 
 static int in_list(const char *const *list, const char *key)
 {

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 . tests/cli/hearth_common.bash
 hearth_tmp bench_layers
 
-tap_plan 9
+tap_plan 10
 
 SETS=(--set model=tiny-vlm --set train.seq_len=64 --set data.images_min=1
       --set data.images_max=1 --set data.image_px_min=32 --set data.image_px_max=32)
@@ -158,3 +158,21 @@ EOF
 echo $? >run2.rc
 tap_check "hearth-train warns when its selective policy matches no linear of its model" \
     bash -c "[ \$(cat run2.rc) = 0 ] && grep -q 'warning: precision.fp8_policy .*tp2.yaml matches no linear' run2/train.log && grep -q 'matches no linear' run2.out"
+
+# auto.fp8 in the spec: its threshold and tolerance replace the defaults (here no kind
+# of the newest set reaches a 500x speedup); a misspelt key is named with a suggestion;
+# --set reaches it too.
+{ cat auto.yaml; printf 'auto:\n  fp8: {threshold: 500, max_err: 0.2}\n'; } >auto500.yaml
+run_h plan3 plan auto500.yaml
+run_h plan4 plan auto.yaml --set auto.fp8.threshold=600
+{ cat auto.yaml; printf 'auto:\n  fp8: {treshold: 2}\n'; } >autobad.yaml
+run_h plan5 plan autobad.yaml
+auto_keys_ok() {
+    rc_is plan3 0 && rc_is plan4 0 || { cat plan3.err plan4.err; return 1; }
+    grep -q 'precision.fp8=off: no layer kind reaches speedup 500.00 within error 0.2 ' plan3.out &&
+        grep -q 'precision.fp8=off: no layer kind reaches speedup 600.00 within error 0.1 ' plan4.out ||
+        { cat plan3.out plan4.out; return 1; }
+    ! rc_is plan5 0 && grep -q "auto.fp8.treshold.*unknown key (did you mean 'auto.fp8.threshold'?)" plan5.err ||
+        { cat plan5.err; return 1; }
+}
+tap_check "spec auto.fp8.threshold / max_err set fp8: auto's margin and tolerance; a misspelt key is named" auto_keys_ok

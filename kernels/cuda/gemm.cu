@@ -183,16 +183,7 @@ static int lt_matmul_ct(kcuda_ctx *ctx, const struct gemm_args *g, int fast)
     }
     algo = &res.algo;
     if (slot) { /* the entry takes the descriptors over */
-        slot->used = 1;
-        slot->key = key;
-        slot->algo = res.algo;
-        slot->op = op;
-        slot->la = la;
-        slot->lb = lb;
-        slot->lc = lc;
-        op = NULL;
-        la = lb = lc = NULL;
-        ctx->cache_entries++;
+        kcuda_gemm_cache_fill(ctx, slot, &key, &res.algo, &op, &la, &lb, &lc);
         LT(cublasLtMatmul(ctx->lt, slot->op, &alpha, g->A, slot->la, g->B, slot->lb, &beta,
                           g->C, slot->lc, g->C, slot->lc, &slot->algo, ctx->workspace,
                           ctx->workspace_bytes, ctx->stream),
@@ -499,4 +490,21 @@ extern "C" int kcuda_matmul_backward_bf16_f32w(kcuda_ctx *ctx, kcuda_bf16 *dinp,
 struct kcuda_gemm_entry *kcuda_gemm_cache_slot(kcuda_ctx *ctx, const struct kcuda_gemm_key *key)
 {
     return cache_slot(ctx, key);
+}
+
+void kcuda_gemm_cache_fill(kcuda_ctx *ctx, struct kcuda_gemm_entry *slot,
+                           const struct kcuda_gemm_key *key, const cublasLtMatmulAlgo_t *algo,
+                           cublasLtMatmulDesc_t *op, cublasLtMatrixLayout_t *la,
+                           cublasLtMatrixLayout_t *lb, cublasLtMatrixLayout_t *lc)
+{
+    slot->used = 1;
+    slot->key = *key;
+    slot->algo = *algo;
+    slot->op = *op;
+    slot->la = *la;
+    slot->lb = *lb;
+    slot->lc = *lc;
+    *op = NULL;
+    *la = *lb = *lc = NULL;
+    ctx->cache_entries++;
 }

@@ -207,16 +207,7 @@ extern "C" int kcuda_matmul_fp8(kcuda_ctx *ctx, float *out, const uint8_t *a, in
     if ((rc = fp8_heuristic(ctx, op, la, lb, lc, &res, shape)))
         goto done;
     if (slot) { /* the entry takes the descriptors over */
-        slot->used = 1;
-        slot->key = key;
-        slot->algo = res.algo;
-        slot->op = op;
-        slot->la = la;
-        slot->lb = lb;
-        slot->lc = lc;
-        op = NULL;
-        la = lb = lc = NULL;
-        ctx->cache_entries++;
+        kcuda_gemm_cache_fill(ctx, slot, &key, &res.algo, &op, &la, &lb, &lc);
         rc = fp8_run(ctx, slot->op, &slot->algo, slot->la, slot->lb, slot->lc, out, a, b, sa,
                      sb, beta);
     } else { /* table full: the answer used once, uncached */

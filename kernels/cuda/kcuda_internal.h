@@ -43,6 +43,12 @@ struct kcuda_ctx {
 /* The cache entry of key (gemm.cu): the one holding it, else a free one (used == 0) to
  * fill, else NULL (table full).  Keys of other GEMM files use dtypes of their own. */
 struct kcuda_gemm_entry *kcuda_gemm_cache_slot(kcuda_ctx *ctx, const struct kcuda_gemm_key *key);
+/* Fills a free entry with key and algo; the entry takes *op and the layouts over (they
+ * are NULL afterwards, so the caller's cleanup leaves them alone). */
+void kcuda_gemm_cache_fill(kcuda_ctx *ctx, struct kcuda_gemm_entry *slot,
+                           const struct kcuda_gemm_key *key, const cublasLtMatmulAlgo_t *algo,
+                           cublasLtMatmulDesc_t *op, cublasLtMatrixLayout_t *la,
+                           cublasLtMatrixLayout_t *lb, cublasLtMatrixLayout_t *lc);
 
 /* A cuBLASLt heuristic preference (gemm.cu): the context's workspace as the limit, every
  * operand `align` bytes aligned.  Freed by the caller; NULL on failure. */

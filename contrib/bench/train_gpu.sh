@@ -22,7 +22,8 @@
 # the table say which sides each row compared and the largest VLM shape both fit.
 # Logs and run directories go to $OUT (or build/gpu-out).  Needs build/bin/hearth-train and
 # build/lib/libhearth_cuda.so; python3 with torch and transformers (liger-kernel optional).
-# TABLE_ONLY=1 runs nothing and prints the table of the runs already in $OUT.
+# TABLE_ONLY=1 runs nothing and prints the table of the runs already in $OUT; ROWS="gpt2
+# vlm2048" runs those rows only (the table shows every row whose logs are in $OUT).
 #   contrib/bench/train_gpu.sh
 set -u
 cd "$(dirname "$0")/../.."
@@ -66,10 +67,15 @@ vlm() {
         --warmup 2 --steps 3 --peak "$PEAK" --liger >"$out/$name-liger.log" 2>&1
 }
 if [ "${TABLE_ONLY:-0}" = 0 ]; then
-    gpt2
-    vlm vlm4096 4096 4
-    vlm vlm2048 2048 2
-    vlm text4096 4096 0
+    for row in ${ROWS:-gpt2 vlm4096 vlm2048 text4096}; do
+        case $row in
+        gpt2) gpt2 ;;
+        vlm4096) vlm vlm4096 4096 4 ;;
+        vlm2048) vlm vlm2048 2048 2 ;;
+        text4096) vlm text4096 4096 0 ;;
+        *) echo "ROWS: unknown row '$row' (gpt2 vlm4096 vlm2048 text4096)" >&2; exit 2 ;;
+        esac
+    done
 fi
 
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)

@@ -151,6 +151,10 @@ static const hcli_opt select_opts[] = {
     { "allow", 0, "LIST", NULL, "fp8: also allow FP8 for lm_head, router, edges (first and "
       "last decoder layer), comma-separated" },
     { "out", 'o', "FILE", NULL, "fp8: the policy file to write (required)" },
+    { "set", 0, "KEY=VALUE", NULL, "fp8: a run config key of the run the policy is for "
+      "(as hearth-train --set: train.micro_batch, data.images_max, ...); with --set, each "
+      "component's token count is that of one rank's micro batch, as `precision.fp8: "
+      "auto` resolves it, and --seq is train.seq_len" },
     { "gpus", 0, "N", NULL, "encoder: ranks (required)" },
     { "layout", 0, "K=V,...", NULL, "encoder: fix the decoder layout and batch (tp, pp, vpp, "
       "cp, ep, sp, micro_batch, global_batch); default: every tp x pp" },

@@ -15,6 +15,7 @@
 #include "select_db.h"
 #include "select_encoder.h"
 #include "select_fp8.h"
+#include "shape/fp8_linears.h"
 
 /* Options that belong to one subcommand only. */
 static int check_only(hcli_ctx *c, const char *what, const char *const *names, hearth_err *err)
@@ -44,6 +45,32 @@ static int parse_double(const char *name, const char *v, double *out, hearth_err
 
 /* ---- select fp8 ------------------------------------------------------------------------ */
 
+/* The token counts of a run of `model` at sequence `seq` with the --set overrides: the
+ * decoder's, the encoder's (patches) and the projector's (merged units) of one rank's
+ * micro batch, the counts `precision.fp8: auto` derives its policy at. */
+static int fp8_run_tokens(hcli_ctx *c, const char *model, long seq, int n_set,
+                          select_fp8_opts *o, hearth_err *err)
+{
+    config_override *ovr = calloc((size_t)n_set, sizeof *ovr);
+    if (!ovr)
+        return herr_set(err, HERR_NOMEM, "out of memory");
+    for (int i = 0; i < n_set; i++)
+        ovr[i] = (config_override){ hcli_get_nth(c, "set", i), NULL };   /* KEY=VALUE */
+    char yaml[1200];
+    snprintf(yaml, sizeof yaml, "model: \"%.900s\"\ntrain: {seq_len: %ld}\n", model, seq);
+    run_config cfg;
+    int rc = run_config_parse(&cfg, "select fp8", yaml, ovr, n_set, 0, err);
+    free(ovr);
+    if (rc)
+        return rc;
+    fp8_micro_tokens mt;
+    fp8_micro_tokens_of(&cfg, &mt);
+    o->tokens = (long)mt.decoder;
+    o->encoder_tokens = (long)mt.encoder;
+    o->projector_tokens = (long)mt.projector;
+    return 0;
+}
+
 static int select_fp8_cmd(hcli_ctx *c, hearth_db *db, hearth_err *err)
 {
     static const char *const other[] = { "gpus", "layout", "device", "global-batch", "repeat",
@@ -69,6 +96,11 @@ static int select_fp8_cmd(hcli_ctx *c, hearth_db *db, hearth_err *err)
         return rc;
     o.tokens = seq;
     const char *model = hcli_get(c, "model"), *gpu = hcli_get(c, "gpu");
+    /* --set: the run's shape, each component at the token count its linears see on one
+     * rank (fp8_micro_tokens_of), as `precision.fp8: auto` resolves it */
+    int n_set = hcli_count(c, "set");
+    if (n_set && (rc = fp8_run_tokens(c, model, seq, n_set, &o, err)))
+        return rc;
     select_bench_set b;
     int found = select_bench_load(db, model, gpu, &b, err);
     if (found < 0)
@@ -90,6 +122,10 @@ static int select_fp8_cmd(hcli_ctx *c, hearth_db *db, hearth_err *err)
                            "tokens", (json_int_t)o.tokens, "threshold", o.threshold,
                            "max_err", o.max_err, "allow",
                            hcli_get(c, "allow") ? hcli_get(c, "allow") : "");
+    if (sj && n_set) {
+        json_object_set_new(sj, "encoder_tokens", json_integer(o.encoder_tokens));
+        json_object_set_new(sj, "projector_tokens", json_integer(o.projector_tokens));
+    }
     subject = sj ? json_dumps(sj, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(sj);
     if (!yaml || !decision || !evidence || !subject)
@@ -105,6 +141,9 @@ static int select_fp8_cmd(hcli_ctx *c, hearth_db *db, hearth_err *err)
     if (!rc) {
         if (select_fp8_cpu_warning(&b))
             fprintf(stderr, "hearth: warning: %s\n", select_fp8_cpu_warning(&b));
+        if (n_set)
+            printf("token counts of one rank's micro batch: decoder %ld, encoder %ld, "
+                   "projector %ld\n", o.tokens, o.encoder_tokens, o.projector_tokens);
         select_fp8_print(&b, &o, &p, "", stdout);
         if (p.n_rules)
             printf("\n%zu rule%s: FP8 where the speedup holds, bf16 elsewhere; kept bf16: ",
@@ -263,7 +302,7 @@ static int print_encoder(const select_enc_result *r, report_format fmt, FILE *f,
 
 static int select_encoder_cmd(hcli_ctx *c, hearth_db *db, hearth_err *err)
 {
-    static const char *const other[] = { "threshold", "max-err", "allow", "out", "gpu",
+    static const char *const other[] = { "threshold", "max-err", "allow", "out", "gpu", "set",
                                          NULL };
     int rc = check_only(c, "encoder", other, err);
     if (!rc)

@@ -18,6 +18,14 @@
     "matrix.KEY=[a,b], or a top-level key (name, repeat, where, ...); repeatable, the " \
     "last one of a key wins"
 
+/* How the slurmrest backend is reached (submit, bench layers). */
+#define REST_OPTS \
+    { "rest-url", 0, "URL", NULL, "slurmrest: slurmrestd's address, http://HOST:PORT or " \
+      "unix:/PATH (default $HEARTH_SLURMREST_URL)" }, \
+    { "rest-token-file", 0, "FILE", NULL, "slurmrest: file holding a JWT from `scontrol " \
+      "token`, mode 600 or stricter (default $HEARTH_SLURMREST_TOKEN_FILE, else the token " \
+      "in $SLURM_JWT)" }
+
 const hcli_opt hcli_global_opts[] = {
     { "db", 0, "FILE", NULL, "results database (default $HEARTH_DB, else the config file's "
       "db, else ./hearth.db)" },
@@ -27,7 +35,7 @@ const hcli_opt hcli_global_opts[] = {
     { NULL, 0, NULL, NULL, NULL },
 };
 
-static const hcli_opt plan_opts[] = {
+static const hcli_opt plan_opts_tab[] = {
     { "set", 0, "KEY=VALUE", NULL, SET_HELP },
     { "format", 0, "FMT", "table|json", "output format: table or json (default table)" },
     { "force", 0, NULL, NULL, "plan points again even when their runs already completed" },
@@ -39,11 +47,7 @@ static const hcli_opt submit_opts[] = {
       "overrides applied)" },
     { "backend", 0, "NAME", "local|slurm|slurmrest", "where jobs run (default $HEARTH_BACKEND, "
       "else the config file's backend, else local)" },
-    { "rest-url", 0, "URL", NULL, "slurmrest: slurmrestd's address, http://HOST:PORT or "
-      "unix:/PATH (default $HEARTH_SLURMREST_URL)" },
-    { "rest-token-file", 0, "FILE", NULL, "slurmrest: file holding a JWT from `scontrol "
-      "token`, mode 600 or stricter (default $HEARTH_SLURMREST_TOKEN_FILE, else the token "
-      "in $SLURM_JWT)" },
+    REST_OPTS,
     { "jobs", 'j', "N", NULL, "run at most N jobs at once (default: CPUs / cpus_per_task)" },
     { "dry-run", 'n', NULL, NULL, "show what would be created and run; change nothing" },
     { "force", 0, NULL, NULL, "run points again even when their runs already completed" },
@@ -165,13 +169,17 @@ static const hcli_opt select_opts[] = {
 };
 
 static const hcli_opt bench_opts[] = {
-    { "model", 0, "M", NULL, "layers: model preset to benchmark" },
-    { "backend", 0, "NAME", "local|slurm|slurmrest", "layers: where the benchmark runs "
-      "(default as for submit)" },
-    { "trainer", 0, "PATH", NULL, "layers: hearth-train to run (default the one beside "
-      "hearth)" },
-    { "device", 0, "DEV", "cuda|cpu", "layers: the device to measure on (default cuda; cpu "
-      "times the fp32 reference against the FP8 emulation, for tests)" },
+    { "model", 0, "M", NULL, "layers: model preset to benchmark (instead of a SPEC)" },
+    { "device", 0, "DEV", "cuda|cpu", "layers --model: the device to measure on (default "
+      "cuda; cpu times the fp32 reference against the FP8 emulation, for tests)" },
+    { "trainer", 0, "PATH", NULL, "layers --model: hearth-train to run (default the one "
+      "beside hearth)" },
+    { "set", 0, "KEY=VALUE", NULL, "layers SPEC: " SET_HELP },
+    { "backend", 0, "NAME", "local|slurm|slurmrest", "layers: where the benchmark's job runs "
+      "(default $HEARTH_BACKEND, else the config file's backend, else local)" },
+    { "timeout", 0, "SECONDS", NULL, "layers: cancel the job and fail when it has not ended "
+      "after this long (default: no limit)" },
+    REST_OPTS,
     { NULL, 0, NULL, NULL, NULL },
 };
 
@@ -193,7 +201,7 @@ static const hcli_opt man_opts[] = {
 const hcli_cmd hcli_commands[] = {
     { "plan", "SPEC", 1, 1, "expand a spec into points: kept, pruned (with the rule), skipped",
       "Expands the experiment spec's matrix, checks every point against the layout rules "
-      "and skips points whose runs already completed in the database.", plan_opts, cmd_plan },
+      "and skips points whose runs already completed in the database.", plan_opts_tab, cmd_plan },
     { "submit", "SPEC", 1, 1, "create the spec's runs and run them",
       "Records the experiment, writes each new run's config and job script into "
       "RUNS_DIR/EXPERIMENT/RUN-ID/ and runs the jobs (the local backend runs them here, "
@@ -271,10 +279,17 @@ const hcli_cmd hcli_commands[] = {
       "its tolerance is REGRESSED.  Exit 0 when all are within tolerance, 1 on a "
       "regression (with --strict also when a point has no baseline), 2 on a usage error "
       "(docs/check.md).", check_opts_tab, cmd_check },
-    { "bench", "ingest FILE...|layers", 1, -1, "record layer benchmarks (layer_bench.json)",
+    { "bench", "ingest FILE...|layers [SPEC]", 1, -1, "record layer benchmarks "
+      "(layer_bench.json)",
       "`bench ingest FILE...` records layer_bench.json files (docs/select.md); the same "
-      "file twice is recorded once.  `bench layers --model M` runs `hearth-train "
-      "--bench-layers` and records its file.", bench_opts, cmd_bench },
+      "file twice is recorded once.  `bench layers SPEC` or `bench layers --model M` runs "
+      "`hearth-train --bench-layers` as one job of the backend (local: on this machine; "
+      "slurm, slurmrest: one task on one node, with one GPU on cuda), waits for it, and "
+      "records the file it wrote, with the GPU, build and date that measured it.  From a "
+      "SPEC it measures the first point the plan keeps, with that point's model, device, "
+      "layout, resources, setup lines and trainer.  A job that fails records nothing; the "
+      "error names the job and its log (RUNS_DIR/bench-layers/NAME-TIME/stderr.log).",
+      bench_opts, cmd_bench },
     { "select", "fp8|encoder", 1, 1, "choose an FP8 policy or an encoder layout from "
       "measurements",
       "`select fp8 --model M --seq S --out FILE` writes the selective FP8 policy that the "

@@ -6,7 +6,10 @@
 #include "backend.h"
 #include "cli.h"
 #include "db.h"
+#include "plan.h"
+#include "rundir.h"
 #include "runs_db.h"
+#include "spec.h"
 
 int cmd_plan(hcli_ctx *c);
 int cmd_submit(hcli_ctx *c);
@@ -52,9 +55,23 @@ int cmd_run_sweep(hcli_ctx *c, const cmd_run_opts *ro);
  * A run that ended meanwhile is left as it is. */
 int cmd_cancel_run(hearth_db *db, const run_info *ri, backend **bk, hearth_err *err);
 
-/* Reads the spec named by the command's argument with its --set overrides (spec.h). */
-struct spec;
-int cmd_load_spec(hcli_ctx *c, struct spec **s, hearth_err *err);
+/* Reads the spec at `path` (the command's argument) with its --set overrides (spec.h). */
+int cmd_load_spec(hcli_ctx *c, const char *path, spec **s, hearth_err *err);
+
+/* The backend the command names (--backend, else the user's default, user_config.h; NULL:
+ * local), with --rest-url / --rest-token-file passed on to the slurmrest backend through
+ * the environment. */
+const char *cmd_backend_name(const hcli_ctx *c);
+
+/* A job's Slurm defaults from the user's config (partition, account, qos, constraint;
+ * borrowed strings). */
+void cmd_job_defaults(const hcli_ctx *c, rundir_job *j);
+
+/* A job's fields from plan point p of spec s (submit, bench layers): its config hash,
+ * resources (over the defaults already in *j), setup lines, extra sbatch options, and
+ * the launch (cuda: nodes x gpus_per_node tasks; cpu: one).  Strings stay borrowed from
+ * s and p. */
+void cmd_job_of_point(const spec *s, const plan_point *p, rundir_job *j);
 
 /* Opens the command's database (creating it when `create`; else a missing file is an
  * error naming it, exit 2).  Returns 0, or the exit code after printing the error. */

@@ -28,7 +28,7 @@ static int completed_in_experiment(void *ctx, const char *hash, int *count, hear
     return rc;
 }
 
-int cmd_load_spec(hcli_ctx *c, spec **s, hearth_err *err)
+int cmd_load_spec(hcli_ctx *c, const char *path, spec **s, hearth_err *err)
 {
     int n = hcli_count(c, "set");
     const char **sets = calloc((size_t)n + 1, sizeof *sets);
@@ -36,7 +36,7 @@ int cmd_load_spec(hcli_ctx *c, spec **s, hearth_err *err)
         return herr_set(err, HERR_NOMEM, "out of memory");
     for (int i = 0; i < n; i++)
         sets[i] = hcli_get_nth(c, "set", i);
-    int rc = spec_load_set(s, c->argv[0], sets, n, err);
+    int rc = spec_load_set(s, path, sets, n, err);
     free(sets);
     return rc;
 }
@@ -45,7 +45,7 @@ int cmd_plan(hcli_ctx *c)
 {
     hearth_err err = { { 0 } };
     spec *s = NULL;
-    int rc = cmd_load_spec(c, &s, &err);
+    int rc = cmd_load_spec(c, c->argv[0], &s, &err);
     if (rc)
         return hcli_fail(c, HERR_CONFIG, &err);
     const char *fmt = hcli_get(c, "format");

@@ -243,28 +243,7 @@ static int create_point(void *ctx, const plan_point *p)
     if (!json)
         return HERR_RUNTIME;
     rundir_job j = cc->base;
-    j.config_hash = (char *)p->hash;
-    j.cpus_per_task = p->res.cpus_per_task > 0 ? (int)p->res.cpus_per_task : 1;
-    int64_t limit = 0;
-    j.time_limit_s = p->res.time && spec_time_seconds(p->res.time, &limit) == 0 ? limit : 0;
-    j.max_concurrent = p->res.max_concurrent > 0 ? (int)p->res.max_concurrent : 0;
-    /* The spec's resources, else the user's defaults (cc->base, user_config.h). */
-    if (p->res.partition)
-        j.partition = (char *)p->res.partition;
-    if (p->res.account)
-        j.account = (char *)p->res.account;
-    if (p->res.qos)
-        j.qos = (char *)p->res.qos;
-    if (p->res.constraint)
-        j.constraint = (char *)p->res.constraint;
-    j.n_sbatch = cc->s->resources.n_sbatch;   /* not a matrix key: the spec's list */
-    j.sbatch = (char **)cc->s->resources.sbatch;
-    j.retry_timeout = cc->s->resources.retry_timeout;   /* not a matrix key either */
-    j.pack = cc->s->resources.pack > 1 ? (int)cc->s->resources.pack : 1;   /* nor this */
-    /* A CPU run is one task on one node; a cuda run one task per GPU (rundir.h). */
-    int cuda = p->config->device == DEVICE_CUDA;
-    j.nodes = cuda ? (int)p->res.nodes : 1;
-    j.gpus_per_node = cuda ? (int)p->res.gpus_per_node : 0;
+    cmd_job_of_point(cc->s, p, &j);
     for (long i = 0; !rc && i < n; i++) {
         rc = sweep_create_run(cc->db, &j, json, cc->exp_dir, cc->tmpl_name, cc->tmpl, NULL,
                               cc->err);
@@ -273,6 +252,55 @@ static int create_point(void *ctx, const plan_point *p)
     }
     free(json);
     return rc;
+}
+
+void cmd_job_of_point(const spec *s, const plan_point *p, rundir_job *j)
+{
+    j->config_hash = (char *)p->hash;
+    j->cpus_per_task = p->res.cpus_per_task > 0 ? (int)p->res.cpus_per_task : 1;
+    int64_t limit = 0;
+    j->time_limit_s = p->res.time && spec_time_seconds(p->res.time, &limit) == 0 ? limit : 0;
+    j->max_concurrent = p->res.max_concurrent > 0 ? (int)p->res.max_concurrent : 0;
+    /* The spec's resources, else the user's defaults (cmd_job_defaults). */
+    if (p->res.partition)
+        j->partition = (char *)p->res.partition;
+    if (p->res.account)
+        j->account = (char *)p->res.account;
+    if (p->res.qos)
+        j->qos = (char *)p->res.qos;
+    if (p->res.constraint)
+        j->constraint = (char *)p->res.constraint;
+    j->n_setup = s->resources.n_setup;
+    j->setup = (char **)s->resources.setup;
+    j->n_sbatch = s->resources.n_sbatch;   /* not a matrix key: the spec's list */
+    j->sbatch = (char **)s->resources.sbatch;
+    j->retry_timeout = s->resources.retry_timeout;   /* not a matrix key either */
+    j->pack = s->resources.pack > 1 ? (int)s->resources.pack : 1;   /* nor this */
+    /* A CPU run is one task on one node; a cuda run one task per GPU (rundir.h). */
+    int cuda = p->config->device == DEVICE_CUDA;
+    j->nodes = cuda ? (int)p->res.nodes : 1;
+    j->gpus_per_node = cuda ? (int)p->res.gpus_per_node : 0;
+}
+
+void cmd_job_defaults(const hcli_ctx *c, rundir_job *j)
+{
+    j->partition = (char *)ucfg_get(c->cfg, UCFG_SLURM_PARTITION);
+    j->account = (char *)ucfg_get(c->cfg, UCFG_SLURM_ACCOUNT);
+    j->qos = (char *)ucfg_get(c->cfg, UCFG_SLURM_QOS);
+    j->constraint = (char *)ucfg_get(c->cfg, UCFG_SLURM_CONSTRAINT);
+}
+
+const char *cmd_backend_name(const hcli_ctx *c)
+{
+    /* --rest-url / --rest-token-file become the environment variables they stand for, so
+     * that every backend_open of this process (and of a detached runner) finds them.  The
+     * token file's path is not secret; the token itself is read by the backend only. */
+    const char *rest_url = hcli_get(c, "rest-url"), *rest_tok = hcli_get(c, "rest-token-file");
+    if (rest_url)
+        setenv("HEARTH_SLURMREST_URL", rest_url, 1);
+    if (rest_tok)
+        setenv("HEARTH_SLURMREST_TOKEN_FILE", rest_tok, 1);
+    return hcli_get(c, "backend") ? hcli_get(c, "backend") : ucfg_get(c->cfg, UCFG_BACKEND);
 }
 
 int cmd_submit(hcli_ctx *c)
@@ -284,22 +312,13 @@ int cmd_submit(hcli_ctx *c)
     char runs_dir[PATH_MAX], exp_dir[PATH_MAX], trainer[PATH_MAX], workdir[PATH_MAX];
     char tmpl_name[PATH_MAX];
     long jobs = 0;
-    const char *backend_name = hcli_get(c, "backend") ? hcli_get(c, "backend")
-                                                      : ucfg_get(c->cfg, UCFG_BACKEND);
+    const char *backend_name = cmd_backend_name(c);
     int dry = hcli_flag(c, "dry-run"), code = HCLI_EXIT_OK;
     backend *probe = NULL;
     select_auto *sa = NULL;   /* `auto` values of the spec (docs/select.md) */
     char policy_dir[PATH_MAX + 16];
 
-    /* --rest-url / --rest-token-file become the environment variables they stand for, so
-     * that every backend_open of this process (and of a detached runner) finds them.  The
-     * token file's path is not secret; the token itself is read by the backend only. */
-    const char *rest_url = hcli_get(c, "rest-url"), *rest_tok = hcli_get(c, "rest-token-file");
-    if (rest_url)
-        setenv("HEARTH_SLURMREST_URL", rest_url, 1);
-    if (rest_tok)
-        setenv("HEARTH_SLURMREST_TOKEN_FILE", rest_tok, 1);
-    int rc = cmd_load_spec(c, &s, &err);
+    int rc = cmd_load_spec(c, c->argv[0], &s, &err);
     if (rc) {
         rc = HERR_CONFIG;   /* an unreadable spec is a usage error too */
         goto fail;
@@ -357,14 +376,9 @@ int cmd_submit(hcli_ctx *c)
     cc.err = &err;
     cc.base.experiment = (char *)s->name;
     cc.base.backend = (char *)backend_name;
-    cc.base.partition = (char *)ucfg_get(c->cfg, UCFG_SLURM_PARTITION);
-    cc.base.account = (char *)ucfg_get(c->cfg, UCFG_SLURM_ACCOUNT);
-    cc.base.qos = (char *)ucfg_get(c->cfg, UCFG_SLURM_QOS);
-    cc.base.constraint = (char *)ucfg_get(c->cfg, UCFG_SLURM_CONSTRAINT);
+    cmd_job_defaults(c, &cc.base);
     cc.base.trainer = trainer;
     cc.base.workdir = workdir;
-    cc.base.n_setup = s->resources.n_setup;
-    cc.base.setup = (char **)s->resources.setup;
     cc.base.retries = s->retries;
     cc.base.repeat = s->repeat;
     cc.base.after_experiment = (char *)s->after_experiment;

@@ -43,8 +43,10 @@ void rebuild_dirs_free(rebuild_dirs *d)
     memset(d, 0, sizeof *d);
 }
 
-/* Adds run directory `dir` (job.json read for its experiment and number), once. */
-static int add_dir(rebuild_dirs *d, size_t *cap, const char *dir, hearth_err *err)
+/* Adds run directory `dir` (job.json read for its experiment and number), once.  A layer
+ * benchmark's directory (rundir.h) is no run: passed over (returns 1) when found by a
+ * scan, an error when named. */
+static int add_dir(rebuild_dirs *d, size_t *cap, const char *dir, int named, hearth_err *err)
 {
     char *abs = realpath(dir, NULL);
     if (!abs)
@@ -59,6 +61,14 @@ static int add_dir(rebuild_dirs *d, size_t *cap, const char *dir, hearth_err *er
     if (rc) {
         free(abs);
         return rc;
+    }
+    if (j.bench_layers) {
+        rundir_job_free(&j);
+        free(abs);
+        if (!named)
+            return 1;
+        return herr_set(err, HERR_CONFIG, "%s: a layer benchmark's directory, not a run's: "
+                        "`hearth bench ingest %s/layer_bench.json` records its file", dir, dir);
     }
     long seq = seq_of(j.run_id, j.experiment);
     if (seq < 0)
@@ -107,8 +117,9 @@ static long scan(rebuild_dirs *d, size_t *cap, const char *dir, int deeper, hear
             stat(sub, &st) || !S_ISDIR(st.st_mode))
             continue;
         if (exists(sub, "job.json")) {
-            if ((rc = add_dir(d, cap, sub, err)) == 0)
+            if ((rc = add_dir(d, cap, sub, 0, err)) == 0)
                 found++;
+            rc = rc > 0 ? 0 : rc;
         } else if (deeper) {
             long n = scan(d, cap, sub, 0, err);
             if (n < 0)
@@ -142,7 +153,7 @@ int rebuild_find(const char *const *paths, size_t n_paths, rebuild_dirs *out, he
         } else if (!S_ISDIR(st.st_mode)) {
             rc = herr_set(err, HERR_CONFIG, "%s: not a directory", paths[i]);
         } else if (exists(paths[i], "job.json")) {
-            rc = add_dir(out, &cap, paths[i], err);
+            rc = add_dir(out, &cap, paths[i], 1, err);
         } else {
             long n = scan(out, &cap, paths[i], 1, err);
             if (n == 0)

@@ -186,6 +186,7 @@ int rundir_job_copy(rundir_job *out, const rundir_job *in, hearth_err *err)
     out->after_any = in->after_any;
     out->nodes = in->nodes;
     out->gpus_per_node = in->gpus_per_node;
+    out->bench_layers = in->bench_layers;
     int rc = dup_str(&out->run_id, in->run_id) || dup_str(&out->experiment, in->experiment) ||
              dup_str(&out->backend, in->backend) || dup_str(&out->trainer, in->trainer) ||
              dup_str(&out->workdir, in->workdir) ||
@@ -229,8 +230,8 @@ static json_t *job_to_json(const rundir_job *j)
                               j->constraint, "sbatch", sb, "pack", j->pack > 1 ? j->pack : 1);
     json_t *launch = json_pack("{s:i, s:i}", "nodes", j->nodes > 1 ? j->nodes : 1,
                                "gpus_per_node", j->gpus_per_node > 0 ? j->gpus_per_node : 0);
-    return json_pack("{s:s?, s:s?, s:s?, s:s?, s:s?, s:o, s:s?, s:i, s:I, s:i, s:i, s:i, s:b, "
-                     "s:o, s:o, s:o}",
+    json_t *o = json_pack("{s:s?, s:s?, s:s?, s:s?, s:s?, s:o, s:s?, s:i, s:I, s:i, s:i, s:i, "
+                          "s:b, s:o, s:o, s:o}",
                      "run_id", j->run_id, "experiment", j->experiment, "backend", j->backend,
                      "trainer", j->trainer, "workdir", j->workdir, "setup", setup,
                      "config_hash", j->config_hash, "cpus_per_task", j->cpus_per_task,
@@ -238,6 +239,12 @@ static json_t *job_to_json(const rundir_job *j)
                      "repeat", j->repeat, "max_concurrent", j->max_concurrent,
                      "retry_timeout", j->retry_timeout != 0, "after", after,
                      "slurm", slurm, "launch", launch);
+    /* Only a benchmark says so: a run's job.json stays as it always was. */
+    if (o && j->bench_layers && json_object_set_new(o, "mode", json_string("bench-layers"))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 static int get_str(json_t *o, const char *key, char **out, int required, const char *path,
@@ -342,6 +349,14 @@ int rundir_job_read(const char *run_dir, rundir_job *j, hearth_err *err)
         rc = get_int(launch, "nodes", &nodes, 1, path, err);
     if (!rc && launch)
         rc = get_int(launch, "gpus_per_node", &gpus, 0, path, err);
+    char *mode = NULL;
+    if (!rc)
+        rc = get_str(o, "mode", &mode, 0, path, err);
+    if (!rc && mode && strcmp(mode, "bench-layers") != 0)
+        rc = herr_set(err, HERR_CONFIG, "%s: mode: %s: expected bench-layers (or no mode: a "
+                      "run)", path, mode);
+    j->bench_layers = mode != NULL;
+    free(mode);
     j->nodes = (int)(nodes > 1000000 ? 1000000 : nodes);
     j->gpus_per_node = (int)(gpus > 1000000 ? 1000000 : gpus);
     json_t *slurm = rc ? NULL : json_object_get(o, "slurm");
@@ -475,6 +490,8 @@ static int job_vars_render(const rundir_job *j, const char *run_dir, const char 
         { "NODES", nodes, 0 },
         { "GPUS_PER_NODE", gpus, 0 },   /* 0: a CPU run (one task); else one task per GPU */
         { "SETUP", setup, 1 },   /* resources.setup: shell lines by design */
+        /* the trainer's mode in place of a run's --force / --resume: "" for a run */
+        { "TRAINER_MODE", j->bench_layers ? "--bench-layers" : "", 0 },
     };
     rc = render_template(tmpl_name, tmpl, vars, sizeof vars / sizeof vars[0], script, err);
     free(setup);

@@ -6,6 +6,8 @@
  *                  retries... (so that `resume`, the crash-recovery of a later `submit` and
  *                  a replacement run need nothing but the run directory and the database)
  *     job.sh       the job script rendered from templates/<backend>.sh.tmpl
+ *   (a layer benchmark's directory, RUNS_DIR/bench-layers/NAME/, holds the same three:
+ *   its job runs the trainer with --bench-layers and leaves layer_bench.json)
  *   written later by the job: stdout.log, stderr.log, exit_code, job.lock (local backend),
  *   and the trainer's metrics.jsonl, result.json, config.json, train.log.
  *
@@ -53,6 +55,10 @@ typedef struct {
      * started by `srun --mpi=pmix` on Slurm. */
     int nodes;                /* >= 1 */
     int gpus_per_node;        /* 0: a CPU run */
+    /* The job runs `hearth-train --bench-layers` (`hearth bench layers`) instead of a
+     * training run: job.json "mode": "bench-layers" (absent: a run).  Such a directory is
+     * a layer benchmark's, never a run's: `hearth ingest` passes it over. */
+    int bench_layers;
 } rundir_job;
 
 void rundir_job_free(rundir_job *j);

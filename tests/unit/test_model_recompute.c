@@ -13,7 +13,8 @@
  * steps of two micro batches each (the ring wraps, so the history decides the scales) and
  * a plain SGD update between steps: with recomputation the layers replay their forward's
  * scales, so every micro batch's loss, every step's gradients and the amax histories and
- * their positions after every step are BITWISE those of the same FP8 run without it. */
+ * their positions after every step are BITWISE those of the same FP8 run without it; also
+ * with every micro batch in two sequence chunks (parallel.chunks). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -173,8 +174,9 @@ static void fp8_run_free(fp8_run *r)
 }
 
 /* FP8_STEPS steps of FP8_MICRO micro batches (tb[step * FP8_MICRO + k]) on a model of sh
- * with every linear in FP8 and the given recomputation; p -= 0.01 g between steps. */
-static void fp8_run_one(model_shape sh, int enc_rec, int dec_rec, uint64_t seed,
+ * with every linear in FP8 and the given recomputation, each micro batch in K sequence
+ * chunks (K = 1: whole); p -= 0.01 g between steps. */
+static void fp8_run_one(model_shape sh, int enc_rec, int dec_rec, int K, uint64_t seed,
                         const tm_batch *tb, const tu_rng *prng, fp8_run *out)
 {
     sh.encoder.s.recompute = enc_rec;
@@ -198,8 +200,8 @@ static void fp8_run_one(model_shape sh, int enc_rec, int dec_rec, uint64_t seed,
             for (int i = 0; i < b->b.n_seq * b->b.seq_len; i++)
                 nt += b->targets[i] != -1;
             model_stats st;
-            if (model_forward_backward(m, &b->b, nt ? 1.0f / (float)nt : 1.0f, 0.1f, &st,
-                                       &err))
+            if (model_forward_backward_chunks(m, &b->b, K, nt ? 1.0f / (float)nt : 1.0f,
+                                              K > 1 ? 0.0f : 0.1f, &st, &err))
                 fail_msg("step %d micro batch %d: %s", s + 1, k, err.msg);
             out->loss[s * FP8_MICRO + k] = st.loss_sum;
             out->aux[s * FP8_MICRO + k] = st.aux_loss;
@@ -219,13 +221,13 @@ static void fp8_run_one(model_shape sh, int enc_rec, int dec_rec, uint64_t seed,
     model_free(m);
 }
 
-static void fp8_check_shape(const model_shape *sh, const tm_batch *tb, tu_rng *rng)
+static void fp8_check_shape(const model_shape *sh, const tm_batch *tb, int K, tu_rng *rng)
 {
     uint64_t seed = tu_next(rng);
     tu_rng prng = *rng;
     tu_next(rng);
     fp8_run none;
-    fp8_run_one(*sh, RECOMPUTE_NONE, RECOMPUTE_NONE, seed, tb, &prng, &none);
+    fp8_run_one(*sh, RECOMPUTE_NONE, RECOMPUTE_NONE, K, seed, tb, &prng, &none);
     /* FP8 is really on: amax entered the histories, and more than one per ring */
     size_t filled = 0;
     for (size_t i = 0; i < none.n_hist; i++)
@@ -241,7 +243,7 @@ static void fp8_check_shape(const model_shape *sh, const tm_batch *tb, tu_rng *r
             int enc = w != 1 ? recs[ri] : RECOMPUTE_NONE;
             int dec = w != 0 ? recs[ri] : RECOMPUTE_NONE;
             fp8_run r;
-            fp8_run_one(*sh, enc, dec, seed, tb, &prng, &r);
+            fp8_run_one(*sh, enc, dec, K, seed, tb, &prng, &r);
             assert_int_equal(r.n, none.n);
             assert_int_equal(r.n_hist, none.n_hist);
             assert_int_equal(r.n_pos, none.n_pos);
@@ -249,33 +251,35 @@ static void fp8_check_shape(const model_shape *sh, const tm_batch *tb, tu_rng *r
                 for (int k = 0; k < FP8_MICRO; k++) {
                     int i = s * FP8_MICRO + k;
                     if (r.loss[i] != none.loss[i] || r.aux[i] != none.aux[i])
-                        fail_msg("%s fp8, %s on the %s: step %d micro batch %d loss %.17g "
-                                 "aux %.17g, without recomputation %.17g %.17g (seed %llu)",
-                                 sh->name, rec_names[ri], where[w], s + 1, k, r.loss[i],
+                        fail_msg("%s fp8 chunks %d, %s on the %s: step %d micro batch %d "
+                                 "loss %.17g aux %.17g, without recomputation %.17g %.17g "
+                                 "(seed %llu)", sh->name, K, rec_names[ri], where[w], s + 1,
+                                 k, r.loss[i],
                                  r.aux[i], none.loss[i], none.aux[i],
                                  (unsigned long long)rng->seed);
                 }
                 for (size_t i = 0; i < none.n; i++)
                     if (memcmp(&r.grads[s][i], &none.grads[s][i], sizeof(float)))
-                        fail_msg("%s fp8, %s on the %s: step %d gradient %zu is %.9g, "
-                                 "without recomputation %.9g (seed %llu)", sh->name,
+                        fail_msg("%s fp8 chunks %d, %s on the %s: step %d gradient %zu is "
+                                 "%.9g, without recomputation %.9g (seed %llu)", sh->name, K,
                                  rec_names[ri], where[w], s + 1, i, r.grads[s][i],
                                  none.grads[s][i], (unsigned long long)rng->seed);
                 if (memcmp(r.hist[s], none.hist[s], none.n_hist * sizeof(float)) ||
                     memcmp(r.pos[s], none.pos[s], none.n_pos * sizeof(int)))
-                    fail_msg("%s fp8, %s on the %s: step %d amax histories or positions "
-                             "differ from those without recomputation (seed %llu)",
-                             sh->name, rec_names[ri], where[w], s + 1,
+                    fail_msg("%s fp8 chunks %d, %s on the %s: step %d amax histories or "
+                             "positions differ from those without recomputation (seed %llu)",
+                             sh->name, K, rec_names[ri], where[w], s + 1,
                              (unsigned long long)rng->seed);
             }
             fp8_run_free(&r);
         }
-    printf("# %-14s fp8 delayed (history %d): %d steps x %d micro batches bitwise equal "
-           "with recomputation\n", sh->name, FP8_HISTORY, FP8_STEPS, FP8_MICRO);
+    printf("# %-14s fp8 delayed (history %d), chunks %d: %d steps x %d micro batches "
+           "bitwise equal with recomputation\n", sh->name, FP8_HISTORY, K, FP8_STEPS,
+           FP8_MICRO);
     fp8_run_free(&none);
 }
 
-static void fp8_check_preset(const char *name)
+static void fp8_check_preset(const char *name, int K)
 {
     model_shape sh;
     hearth_err err;
@@ -287,7 +291,7 @@ static void fp8_check_preset(const char *name)
     tm_batch tb[FP8_STEPS * FP8_MICRO];
     for (int i = 0; i < FP8_STEPS * FP8_MICRO; i++)
         tm_make_batch(&tb[i], &sh, &rng, 1, 24, 2, grids, seqs);
-    fp8_check_shape(&sh, tb, &rng);
+    fp8_check_shape(&sh, tb, K, &rng);
     for (int i = 0; i < FP8_STEPS * FP8_MICRO; i++)
         tm_free_batch(&tb[i]);
 }
@@ -295,13 +299,21 @@ static void fp8_check_preset(const char *name)
 static void test_fp8_tiny_vlm(void **state)
 {
     (void)state;
-    fp8_check_preset("tiny-vlm");
+    fp8_check_preset("tiny-vlm", 1);
 }
 
 static void test_fp8_tiny_vlm_moe(void **state)
 {
     (void)state;
-    fp8_check_preset("tiny-vlm-moe");
+    fp8_check_preset("tiny-vlm-moe", 1);
+}
+
+/* Sequence chunks: every chunk runs on an object of its own (the model or a clone kept in
+ * it), whose saved scales its recomputation replays. */
+static void test_fp8_tiny_vlm_chunks(void **state)
+{
+    (void)state;
+    fp8_check_preset("tiny-vlm", 2);
 }
 
 static void test_fp8_gpt2_like(void **state)
@@ -312,7 +324,7 @@ static void test_fp8_gpt2_like(void **state)
     tm_batch tb[FP8_STEPS * FP8_MICRO];
     for (int i = 0; i < FP8_STEPS * FP8_MICRO; i++)
         tm_make_batch(&tb[i], &sh, &rng, 2, 12, 0, NULL, NULL);
-    fp8_check_shape(&sh, tb, &rng);
+    fp8_check_shape(&sh, tb, 1, &rng);
     for (int i = 0; i < FP8_STEPS * FP8_MICRO; i++)
         tm_free_batch(&tb[i]);
 }
@@ -326,6 +338,7 @@ int main(void)
         cmocka_unit_test(test_random_mixes),
         cmocka_unit_test(test_fp8_tiny_vlm),
         cmocka_unit_test(test_fp8_tiny_vlm_moe),
+        cmocka_unit_test(test_fp8_tiny_vlm_chunks),
         cmocka_unit_test(test_fp8_gpt2_like),
     };
     return cmocka_run_group_tests_name("model_recompute", tests, NULL, NULL);

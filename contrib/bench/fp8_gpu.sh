@@ -16,9 +16,10 @@
 #      1.25x bf16's step, auto's loss within 1% of bf16's) and whether they were met.
 # The shape is train_gpu.sh's vlm4096 row: sequence SEQ (4096) holding IMAGES (4) images of
 # PX x PX (448) pixels, micro batch 1, train.recompute=RECOMPUTE (full), measured from step 2.
-# Rule recompute_without_fp8 refuses FP8 with activation recomputation: with RECOMPUTE other
-# than none, auto resolves to off and `all` is refused (the script says so first);
-# RECOMPUTE=none compares the three (about 84 GiB by --plan-memory: an H200).
+# FP8 combines with activation recomputation (a recomputed layer replays its forward's
+# scales), so the three runs train with RECOMPUTE=full, which fits an 80 GB GPU;
+# RECOMPUTE=none needs about 84 GiB by --plan-memory (an H200).  Should hearth-train refuse
+# precision.fp8=all at the shape, the script says so first.
 # Variables: OUT (build/gpu-out; files named fp8-*), MODEL (qwen2.5-vl-3b), SEQ, IMAGES, PX,
 # STEPS (50), RECOMPUTE, SEED (1), DEVICE (cuda), HEARTH_TRAIN (build/bin/hearth-train),
 # HEARTH (build/bin/hearth); TABLE_ONLY=1 runs nothing and prints the table of the runs
@@ -139,7 +140,7 @@ if [ "${TABLE_ONLY:-0}" = 0 ]; then
             >"$out/fp8-plan-memory.out" 2>&1; then
         echo "warning: hearth-train refuses precision.fp8=all at this shape:"
         grep 'hearth-train: ' "$out/fp8-plan-memory.out" | sed 's/^/  /'
-        echo "  (auto resolves to off and the run \`all\` fails; RECOMPUTE=none compares the three)"
+        echo "  (auto resolves to off and the run \`all\` fails)"
     fi
     rm -rf "$out"/fp8-{bf16,auto,all} "$out"/fp8-{bf16,auto,all}.{out,err}
     if bench; then

@@ -4,8 +4,8 @@
 # the table (bf16, auto, all; the policy line; the targets; the cpu caveat).  Then with the
 # bench's FP8 times halved (a trainer wrapper), so that auto selects a policy: the plan's
 # policy and the file `select fp8 --set` writes are the same text, and auto trains with it.
-# Then RECOMPUTE=full, which rule recompute_without_fp8 refuses with FP8: a failing side
-# shows in the table and the script exits 1.  TABLE_ONLY=1 prints the table again.
+# Then RECOMPUTE=full: FP8 trains with activation recomputation, the three rows with
+# numbers and no refusal said.  TABLE_ONLY=1 prints the table again.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/cli/lib.sh
@@ -69,13 +69,18 @@ tap_check "auto earns a policy: the plan's policy is the file written, per-compo
 
 bench full HEARTH_TRAIN="$T/fast.sh" RECOMPUTE=full STEPS=2
 full_ok() {
-    [ "$(cat full.rc)" = 1 ] || { echo "exit $(cat full.rc), want 1"; cat full.log; return 1; }
-    grep -q '^warning: hearth-train refuses precision.fp8=all at this shape:' full.log &&
-        grep -q '^    precision.fp8=off: selective would break rule recompute_without_fp8' full.log &&
-        grep -Eq '^all +all +FAILED: .*rule recompute_without_fp8' full.log &&
-        row full.log bf16 off && row full.log auto 'off \(auto\)' || { cat full.log; return 1; }
+    [ "$(cat full.rc)" = 0 ] || { echo "exit $(cat full.rc), want 0"; cat full.log; return 1; }
+    ! grep -q 'refuses\|would break rule\|FAILED' full.log &&
+        grep -q 'recompute full' full.log &&
+        grep -q "^fp8: auto -> precision.fp8=selective precision.fp8_policy=$T/full/fp8-auto-policy.yaml$" full.log &&
+        row full.log bf16 off && row full.log auto 'selective, 10 rules' &&
+        row full.log all all || { cat full.log; return 1; }
+    jq -e '.train.recompute == "full" and .precision.fp8 == "all"' full/fp8-all/config.json \
+        >/dev/null && grep -q 'is emulated' full/fp8-all/train.log ||
+        { echo "fp8-all: not FP8 with train.recompute=full"; cat full/fp8-all/config.json \
+              full/fp8-all/train.log; return 1; }
 }
-tap_check "RECOMPUTE=full: the rule is said first, auto resolves to off, all shows FAILED, exit 1" full_ok
+tap_check "RECOMPUTE=full: FP8 trains with recomputation, auto selective and all with numbers, exit 0" full_ok
 
 table_only_ok() {
     env OUT="$T/fast" DEVICE=cpu MODEL=tiny-vlm SEQ=64 IMAGES=1 PX=32 STEPS=4 TABLE_ONLY=1 \

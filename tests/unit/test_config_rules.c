@@ -154,6 +154,26 @@ static void test_chunks_moe_without_aux(void **state)
     assert_int_equal(c.parallel.chunks, 2);
 }
 
+/* FP8 with activation recomputation is accepted, per component and over train.recompute
+ * (the recomputed linears replay their forward's scales, docs/fp8.md). */
+static void test_fp8_with_recompute(void **state)
+{
+    (void)state;
+    static const char *const sets[][4] = {
+        { "precision.fp8=all", "train.recompute=full", NULL },
+        { "precision.fp8=all", "train.recompute=selective", NULL },
+        { "precision.fp8=all", "model.encoder.recompute=full", "model.decoder.recompute=none",
+          NULL },
+    };
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+        run_config c;
+        hearth_err err = { { 0 } };
+        if (parse(&c, "model: tiny-vlm\n", sets[i], &err) || run_config_check_rules(&c, &err))
+            fail_msg("%s %s: %s", sets[i][0], sets[i][1], err.msg);
+        assert_int_equal(c.precision.fp8, FP8_ALL);
+    }
+}
+
 /* Random layouts of tiny-vlm-moe against the rules written out here. */
 static int expected_valid(int ranks, int tp, int cp, int pp, int vpp, int dp, int ep, int sp,
                           int strat, int etp, int seq)
@@ -275,6 +295,7 @@ int main(void)
         cmocka_unit_test(test_each_rule),
         cmocka_unit_test(test_check_struct),
         cmocka_unit_test(test_chunks_moe_without_aux),
+        cmocka_unit_test(test_fp8_with_recompute),
         cmocka_unit_test(test_random_layouts),
         cmocka_unit_test(test_promised_layouts),
     };

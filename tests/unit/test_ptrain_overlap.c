@@ -9,7 +9,8 @@
  * batch), pipeline stages with expert parallelism, interleaved stages with a grouped
  * encoder strategy.  A dense model with the flag set runs as without it (no units of
  * two).  test_ptrain.c checks overlap layouts against the single-rank run.  The same
- * harness shows activation recomputation bitwise equal to none on layouts. */
+ * harness shows activation recomputation bitwise equal to none on layouts, with FP8 too
+ * (the recomputed linears replay their forward's scales, tp-reduced, per pipeline slot). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -151,6 +152,21 @@ static void test_recompute_layouts(void **state)
                "train.global_batch=3");
 }
 
+/* The same with every linear in FP8 (delayed scaling, the default history): full
+ * recomputation replays qkv, proj and fc1 with the scales of their forward, reduced over
+ * tp, while two micro batches are in flight on the pipeline's activation slots. */
+static void test_recompute_layouts_fp8(void **state)
+{
+    (void)state;
+    CHECK_WITH("train.recompute", "none", "full", "model=tiny-vlm-moe", "ranks=4",
+               "parallel.tp=2", "parallel.dp=2", "parallel.ep=2", "parallel.sp=true",
+               "parallel.a2a_overlap=true", "train.micro_batch=1", "train.global_batch=4",
+               "precision.fp8=all");
+    CHECK_WITH("train.recompute", "none", "full", "model=tiny-vlm", "ranks=4",
+               "parallel.tp=2", "parallel.pp=2", "parallel.sp=true", "train.micro_batch=1",
+               "train.global_batch=3", "precision.fp8=all");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -159,6 +175,7 @@ int main(void)
         cmocka_unit_test(test_vpp_hetero_dp),
         cmocka_unit_test(test_dense_unaffected),
         cmocka_unit_test(test_recompute_layouts),
+        cmocka_unit_test(test_recompute_layouts_fp8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -647,14 +647,14 @@ int stack_forward(stack *st, const stack_ctx *ctx, double *aux, hearth_err *err)
  * forward's own functions in the forward's order, so the values are bitwise the ones the
  * forward had (the CPU kernels are deterministic) and so are the gradients.  Collectives
  * inside (sequence-parallel gathers) run again on every rank of the group alike.  The
- * MoE routing and expert rows are kept per layer: nothing of the all-to-all reruns. */
-static int recompute_layer(stack *st, int l, const stack_ctx *ctx, hearth_err *err)
+ * MoE routing and expert rows are kept per layer: nothing of the all-to-all reruns.
+ * Under FP8 the layer's linears (qkv, proj, fc1 with `full`) replay with the scales their
+ * forward used (recompute_layer). */
+static int rebuild_layer(stack *st, int l, const stack_ctx *ctx, hearth_err *err)
 {
     const stack_cfg *c = &st->c;
     block *b = &st->layers[l];
     int rec = c->s->recompute, rc;
-    if (rec == RECOMPUTE_NONE)
-        return 0;
     const float *h1, *h2;
     double aux = b->aux;   /* mlp_norm_forward clears it */
     if (rec == RECOMPUTE_FULL)
@@ -672,6 +672,20 @@ static int recompute_layer(stack *st, int l, const stack_ctx *ctx, hearth_err *e
         return rc;
     mlp_act_forward(c, b, ctx->N);
     return 0;
+}
+
+/* rebuild_layer with the layer's FP8 linears in replay mode (fp8.h): a fresh amax would
+ * give other scales (the history now holds the forward's amax) and would enter the
+ * delayed-scaling history a second time. */
+static int recompute_layer(stack *st, int l, const stack_ctx *ctx, hearth_err *err)
+{
+    if (st->c.s->recompute == RECOMPUTE_NONE)
+        return 0;
+    fp8_layer *f8 = st->layers[l].p.fp8;
+    fp8_layer_set_replay(f8, 1);
+    int rc = rebuild_layer(st, l, ctx, err);
+    fp8_layer_set_replay(f8, 0);
+    return rc;
 }
 
 /* ---- backward ----------------------------------------------------------------------- */

@@ -64,6 +64,17 @@ int fp8_linear_forward(kdev *dev, fp8_layer *f, int kind, int e, int tokens, flo
 int fp8_linear_backward(kdev *dev, fp8_layer *f, int kind, int e, float *dinp, float *dw,
                         float *db, const float *dout, const float *inp, const float *w,
                         int M, int K, int N, hearth_err *err);
+/* Replay mode, for activation recomputation (block.c, recompute_layer sets it for the
+ * duration of a layer's rebuild): while on, f's forwards quantise with the scales f's
+ * last forward of that linear saved, and record nothing: no amax is taken or reduced over
+ * tp, no history entry or position moves, the saved scales stay.  So the rebuilt
+ * activations are bitwise the forward's, the gradients those without recomputation, and
+ * delayed scaling advances once per micro batch as without recomputation.  The saved
+ * scales are this object's (a model or a clone), and every micro batch in flight (pipeline
+ * slots, sequence chunks, encoder slots) runs on its own object, so they are the ones of
+ * the forward being rebuilt: the backward relies on them the same way.  A replayed forward
+ * of a linear with no forward before it fails (HERR_RUNTIME).  f NULL: nothing. */
+void fp8_layer_set_replay(fp8_layer *f, int on);
 /* Whether fp8_linear_forward(dev, f, kind, ., tokens, ...) would run in FP8 (tokens > 0 is
  * recorded as that forward records it). */
 int fp8_linear_uses(fp8_layer *f, int kind, int tokens);

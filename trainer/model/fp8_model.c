@@ -25,8 +25,10 @@ struct fp8_layer {
     comm *tp_comm;            /* reduce the amax of split linears here; NULL: none */
     int El;                   /* local experts (units: FP8_KINDS + 2 El) */
     size_t unit0;             /* first unit in the shared arrays */
-    float *saved;             /* this object's: [units][2] scales (x, w) of the last forward */
+    float *saved;             /* this object's: [units][2] scales (x, w) of the last forward
+                                 (0: no forward yet) */
     int tokens;               /* this object's last forward token count */
+    int replay;               /* forwards rebuild activations (fp8_layer_set_replay) */
 };
 
 typedef struct fp8_model {
@@ -364,6 +366,26 @@ static float scale_of(fp8_layer *f, int kind, int u, int t, float amax, kfp8_for
     return s;
 }
 
+void fp8_layer_set_replay(fp8_layer *f, int on)
+{
+    if (f)
+        f->replay = on != 0;
+}
+
+/* The scales of a replayed forward: those the last forward of unit u saved.  The LM head
+ * is never replayed (its current scaling recomputes its chunks in its own backward). */
+static int replay_scales(const fp8_layer *f, int kind, int u, float *sx, float *sw,
+                         hearth_err *err)
+{
+    *sx = f->saved[2 * u];
+    *sw = f->saved[2 * u + 1];
+    if (kind == FP8_LM_HEAD || !(*sx > 0.0f) || !(*sw > 0.0f))
+        return herr_set(err, HERR_RUNTIME, "fp8: %s %s (layer %d) replayed without a "
+                        "forward to replay", fp8_comp_name(f->comp), fp8_kind_name(kind),
+                        f->layer);
+    return 0;
+}
+
 int fp8_linear_forward(kdev *dev, fp8_layer *f, int kind, int e, int tokens, float *out,
                        const float *inp, const float *w, const float *bias, int M, int K,
                        int N, hearth_err *err)
@@ -373,19 +395,25 @@ int fp8_linear_forward(kdev *dev, fp8_layer *f, int kind, int e, int tokens, flo
         return 0;
     }
     size_t nx = (size_t)M * K, nw = (size_t)N * K;
-    float amax[2];
-    kdev_amax(dev, &amax[0], inp, nx);
-    kdev_amax(dev, &amax[1], w, nw);
-    int rc = dev_check(dev, err);
-    if (!rc)
-        rc = reduce_amax(f, kind, amax, 2, err);
-    if (rc)
-        return rc;
-    int u = unit_of(f, kind, e);
-    float sx = scale_of(f, kind, u, T_X, amax[0], KFP8_E4M3);
-    float sw = scale_of(f, kind, u, T_W, amax[1], KFP8_E4M3);
-    f->saved[2 * u] = sx;
-    f->saved[2 * u + 1] = sw;
+    int u = unit_of(f, kind, e), rc;
+    float sx, sw;
+    if (f->replay) {
+        /* The forward's own scales: the same quantised operands, so the same output bit
+         * for bit, and no amax recorded twice.  No tp reduction either: every rank of the
+         * group replays the same layer at the same point. */
+        if ((rc = replay_scales(f, kind, u, &sx, &sw, err)))
+            return rc;
+    } else {
+        float amax[2];
+        kdev_amax(dev, &amax[0], inp, nx);
+        kdev_amax(dev, &amax[1], w, nw);
+        if ((rc = dev_check(dev, err)) || (rc = reduce_amax(f, kind, amax, 2, err)))
+            return rc;
+        sx = scale_of(f, kind, u, T_X, amax[0], KFP8_E4M3);
+        sw = scale_of(f, kind, u, T_W, amax[1], KFP8_E4M3);
+        f->saved[2 * u] = sx;
+        f->saved[2 * u + 1] = sw;
+    }
     /* The device's FP8 GEMM; where it has none for the shape (the cpu: never), the
      * emulation in the fp32 scratch, which is allocated only then.  Other failures show
      * in the device's status, as for every op. */

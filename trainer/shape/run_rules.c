@@ -197,13 +197,6 @@ int run_rules_check(const run_config *c, rule_issue *iss)
     if (c->precision.fp8 == FP8_SELECTIVE && !c->precision.fp8_policy[0])
         return fail(iss, "fp8_policy_for_selective", "precision.fp8_policy precision.fp8",
                     "fp8 selective needs precision.fp8_policy (the policy file)");
-    if (c->precision.fp8 != FP8_OFF &&
-        (m->encoder.s.recompute != RECOMPUTE_NONE || ds->recompute != RECOMPUTE_NONE))
-        return fail(iss, "recompute_without_fp8",
-                    "train.recompute model.encoder.recompute model.decoder.recompute "
-                    "precision.fp8",
-                    "activation recomputation is not combined with fp8 yet (a recomputed "
-                    "forward would record its amax twice)");
     if (c->data.kind == DATA_SHARDS && !c->data.path[0])
         return fail(iss, "shards_need_path", "data.path data.kind",
                     "data kind shards needs data.path");

@@ -110,7 +110,7 @@ def hearth(d):
     try:
         err = [l.strip() for l in open(f"{d}.err") if "hearth-train: " in l][-1:]
     except OSError:
-        err = []
+        return None, "not run"
     try:
         r = json.load(open(f"{d}/result.json"))
         m = [json.loads(l) for l in open(f"{d}/metrics.jsonl")]
@@ -131,6 +131,8 @@ def result(log, torch_fmt):
     """The RESULT line of vlm_transformers.py (or gpt2_torch.py's older one)."""
     try:
         lines = [l.split() for l in open(log)]
+    except FileNotFoundError:
+        return None, "not run"
     except OSError as e:
         return None, f"failed ({e.strerror}: {log})"
     res = [l for l in lines if l and l[0] == "RESULT"]

@@ -129,9 +129,18 @@ static int fp8_run(kcuda_ctx *ctx, cublasLtMatmulDesc_t op, const cublasLtMatmul
                                       sizeof sb), "set A_SCALE_POINTER");
     LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa,
                                       sizeof sa), "set B_SCALE_POINTER");
-    LT(cublasLtMatmul(ctx->lt, op, &alpha, b, la, a, lb, &beta, out, lc, out, lc, algo,
-                      ctx->workspace, ctx->workspace_bytes, ctx->stream),
-       "cublasLtMatmul");
+    {
+        /* Some cuBLASLt builds offer an algorithm for the FP8 types and then refuse to run
+         * it (NOT_SUPPORTED, nothing launched): that is "no FP8 GEMM here" as well, so the
+         * caller's emulation runs instead of the step failing. */
+        cublasStatus_t s = cublasLtMatmul(ctx->lt, op, &alpha, b, la, a, lb, &beta, out, lc,
+                                          out, lc, algo, ctx->workspace, ctx->workspace_bytes,
+                                          ctx->stream);
+        if (s == CUBLAS_STATUS_NOT_SUPPORTED)
+            return kcuda_fail(ctx, KCUDA_ENOALGO, "kcuda_matmul_fp8: cublasLtMatmul: %s",
+                              cublasLtGetStatusString(s));
+        LT(s, "cublasLtMatmul");
+    }
 done:
     return rc;
 }

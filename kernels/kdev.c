@@ -362,7 +362,17 @@ int kdev_matmul_backward(kdev *d, float *dinp, float *dweight, float *dbias,
                          int K, int N)
 {
     MARK(d, "matmul_backward");
-    return note(d, d->ops->matmul_backward(d, dinp, dweight, dbias, dout, inp, weight, M, K, N));
+    return note(d, d->ops->matmul_backward(d, dinp, dweight, dbias, dout, inp, weight, M, K, N,
+                                           0));
+}
+
+int kdev_matmul_backward_set(kdev *d, float *dinp, float *dweight, float *dbias,
+                             const float *dout, const float *inp, const float *weight, int M,
+                             int K, int N)
+{
+    MARK(d, "matmul_backward");
+    return note(d, d->ops->matmul_backward(d, dinp, dweight, dbias, dout, inp, weight, M, K, N,
+                                           1));
 }
 
 int kdev_add(kdev *d, float *out, const float *a, const float *b, size_t n)
@@ -493,7 +503,14 @@ int kdev_swiglu_backward(kdev *d, float *dinp, const float *dout, const float *i
                          int F)
 {
     MARK(d, "swiglu_backward");
-    return note(d, d->ops->swiglu_backward(d, dinp, dout, inp, N, F));
+    return note(d, d->ops->swiglu_backward(d, dinp, dout, inp, N, F, 0));
+}
+
+int kdev_swiglu_backward_set(kdev *d, float *dinp, const float *dout, const float *inp, int N,
+                             int F)
+{
+    MARK(d, "swiglu_backward");
+    return note(d, d->ops->swiglu_backward(d, dinp, dout, inp, N, F, 1));
 }
 
 int kdev_gelu_forward(kdev *d, float *out, const float *inp, size_t n, kgelu_kind kind)
@@ -506,7 +523,14 @@ int kdev_gelu_backward(kdev *d, float *dinp, const float *dout, const float *inp
                        kgelu_kind kind)
 {
     MARK(d, "gelu_backward");
-    return note(d, d->ops->gelu_backward(d, dinp, dout, inp, n, kind));
+    return note(d, d->ops->gelu_backward(d, dinp, dout, inp, n, kind, 0));
+}
+
+int kdev_gelu_backward_set(kdev *d, float *dinp, const float *dout, const float *inp,
+                           size_t n, kgelu_kind kind)
+{
+    MARK(d, "gelu_backward");
+    return note(d, d->ops->gelu_backward(d, dinp, dout, inp, n, kind, 1));
 }
 
 int kdev_ce_rowmax(kdev *d, float *mx, const float *logits, int n, int Vl)
@@ -556,7 +580,7 @@ int kdev_head_ce_backward(kdev *d, float *dinp, float *dw, float *ws, const doub
         return note(d, rc);
     if ((rc = d->ops->ce_grad(d, ws, ws, lse, targets, 0, dl, n, V)))
         return note(d, rc);
-    return note(d, d->ops->matmul_backward(d, dinp, dw, NULL, ws, inp, w, n, K, V));
+    return note(d, d->ops->matmul_backward(d, dinp, dw, NULL, ws, inp, w, n, K, V, 0));
 }
 
 int kdev_moe_router_forward(kdev *d, int *topk_idx, float *topk_w, float *probs, float *aux,
@@ -659,7 +683,7 @@ int kdev_fp8_matmul_backward(kdev *d, float *ws, float *dinp, float *dw, const f
         (qx && (rc = d->ops->fp8_qdq(d, qx, inp, nx, sx, KFP8_E4M3))) ||
         (qw && (rc = d->ops->fp8_qdq(d, qw, w, (size_t)N * K, sw, KFP8_E4M3))))
         return note(d, rc);
-    return note(d, d->ops->matmul_backward(d, dinp, dw, NULL, qd, qx, qw, M, K, N));
+    return note(d, d->ops->matmul_backward(d, dinp, dw, NULL, qd, qx, qw, M, K, N, 0));
 }
 
 int kdev_adamw_update(kdev *d, float *param, const float *grad, float *m, float *v,

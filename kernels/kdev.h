@@ -121,6 +121,11 @@ int kdev_matmul_forward(kdev *d, float *out, const float *inp, const float *weig
 int kdev_matmul_backward(kdev *d, float *dinp, float *dweight, float *dbias,
                          const float *dout, const float *inp, const float *weight, int M,
                          int K, int N);
+/* As kdev_matmul_backward, except that dinp is written (=), not added to (dweight and
+ * dbias still accumulate): a dinp the caller would zero first needs no zeroing. */
+int kdev_matmul_backward_set(kdev *d, float *dinp, float *dweight, float *dbias,
+                             const float *dout, const float *inp, const float *weight, int M,
+                             int K, int N);
 int kdev_add(kdev *d, float *out, const float *a, const float *b, size_t n);
 int kdev_accumulate(kdev *d, float *dst, const float *src, size_t n);
 int kdev_scale(kdev *d, float *x, size_t n, float s);
@@ -173,6 +178,11 @@ int kdev_swiglu_backward(kdev *d, float *dinp, const float *dout, const float *i
 int kdev_gelu_forward(kdev *d, float *out, const float *inp, size_t n, kgelu_kind kind);
 int kdev_gelu_backward(kdev *d, float *dinp, const float *dout, const float *inp, size_t n,
                        kgelu_kind kind);
+/* The activations' backward with dinp written (=), not added to. */
+int kdev_swiglu_backward_set(kdev *d, float *dinp, const float *dout, const float *inp, int N,
+                             int F);
+int kdev_gelu_backward_set(kdev *d, float *dinp, const float *dout, const float *inp,
+                           size_t n, kgelu_kind kind);
 
 /* ---- vocabulary-parallel cross-entropy pieces ------------------------------------------
  * A rank holds the columns [v0, v0 + Vl) of the logits of n rows, logits [n, Vl].

@@ -27,7 +27,7 @@ extern "C" {
 #define KDEV_CUDA_ENTRY_NAME "hearth_kdev_cuda_ops"
 /* Bumped whenever kdev_ops or struct kdev changes: a library of another version is
  * refused rather than called through a table of another layout. */
-#define KDEV_ABI 8
+#define KDEV_ABI 9
 
 struct kdev {
     const kdev_ops *ops;
@@ -70,9 +70,10 @@ struct kdev_ops {
 
     int (*matmul_forward)(kdev *d, float *out, const float *inp, const float *weight,
                           const float *bias, int M, int K, int N);
+    /* set: dinp is written, not added to (kdev_matmul_backward_set) */
     int (*matmul_backward)(kdev *d, float *dinp, float *dweight, float *dbias,
                            const float *dout, const float *inp, const float *weight, int M,
-                           int K, int N);
+                           int K, int N, int set);
     int (*add)(kdev *d, float *out, const float *a, const float *b, size_t n);
     int (*accumulate)(kdev *d, float *dst, const float *src, size_t n);
     int (*scale)(kdev *d, float *x, size_t n, float s);
@@ -115,10 +116,10 @@ struct kdev_ops {
                                     int Hkv, int D, int causal);
     int (*swiglu_forward)(kdev *d, float *out, const float *inp, int N, int F);
     int (*swiglu_backward)(kdev *d, float *dinp, const float *dout, const float *inp, int N,
-                           int F);
+                           int F, int set);
     int (*gelu_forward)(kdev *d, float *out, const float *inp, size_t n, kgelu_kind kind);
     int (*gelu_backward)(kdev *d, float *dinp, const float *dout, const float *inp, size_t n,
-                         kgelu_kind kind);
+                         kgelu_kind kind, int set);
 
     int (*ce_rowmax)(kdev *d, float *mx, const float *logits, int n, int Vl);
     int (*ce_rowsum)(kdev *d, double *sums, const float *logits, const float *mx,

@@ -236,7 +236,7 @@ static int dense_bwd(void *arg)
     struct moe *m = (struct moe *)arg;
     STEP(kcuda_matmul_backward_bf16(m->k, m->da, m->dwd, NULL, m->dyp, m->a, m->wd, m->R, m->Fm,
                                     m->H));
-    STEP(kcuda_swiglu_backward_bf16(m->k, m->dh, m->da, m->h, m->R, m->Fm));
+    STEP(kcuda_swiglu_backward_bf16(m->k, m->dh, m->da, m->h, m->R, m->Fm, 1));
     return kcuda_matmul_backward_bf16(m->k, m->dxp, m->dwg, NULL, m->dh, m->xp, m->wg, m->R,
                                       m->H, 2 * m->Fm);
 }

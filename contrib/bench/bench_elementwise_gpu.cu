@@ -156,7 +156,7 @@ int main(void)
         }), "memcpy same bytes", copy_gbs(k, by));
     by = 8.0 * nf;
     row("gelu_backward (tanh)", shp, by, time_ms(k, "gelu bwd", [&] {
-            return kcuda_gelu_backward_bf16(k, gd, go, g, nf, 0);
+            return kcuda_gelu_backward_bf16(k, gd, go, g, nf, 0, 1);
         }), "memcpy same bytes", copy_gbs(k, by));
     cudaFree(g);
     cudaFree(go);

@@ -141,7 +141,7 @@ static void head_raw(bench *b)
     for (auto &x : u) {
         float ms = bg_median_ms(k, x.name, 2, REPS, [&]() {
             return x.dinp ? kcuda_matmul_dinp_bf16_f32out(k, (float *)dx, (kcuda_bf16 *)o, Vp,
-                                                          (kcuda_bf16 *)w, N, C, x.n)
+                                                          (kcuda_bf16 *)w, N, C, x.n, 1)
                           : kcuda_matmul_dweight_bf16_f32out(k, (float *)dw, (kcuda_bf16 *)o,
                                                              Vp, (kcuda_bf16 *)a, N, C, x.n);
         });
@@ -198,13 +198,13 @@ int main(void)
     row(&b, "matmul fwd fc2 3072->768", LS, 0, g * F * C,
         [&] { return kdev_matmul_forward(b.d, y, a, w2, b2, N, F, C); });
     row(&b, "matmul bwd qkv", LS, 0, 2 * g * C * 3 * C,
-        [&] { return kdev_matmul_backward(b.d, dx, gw, gb, dqkv, x, wqkv, N, C, 3 * C); });
+        [&] { return kdev_matmul_backward_set(b.d, dx, gw, gb, dqkv, x, wqkv, N, C, 3 * C); });
     row(&b, "matmul bwd proj", LS, 0, 2 * g * C * C,
-        [&] { return kdev_matmul_backward(b.d, dx, gw, gb, y, x, wo, N, C, C); });
+        [&] { return kdev_matmul_backward_set(b.d, dx, gw, gb, y, x, wo, N, C, C); });
     row(&b, "matmul bwd fc1", LS, 0, 2 * g * C * F,
-        [&] { return kdev_matmul_backward(b.d, dx, gw, gb, du, x, w1, N, C, F); });
+        [&] { return kdev_matmul_backward_set(b.d, dx, gw, gb, du, x, w1, N, C, F); });
     row(&b, "matmul bwd fc2", LS, 0, 2 * g * F * C,
-        [&] { return kdev_matmul_backward(b.d, du, gw, gb, y, a, w2, N, F, C); });
+        [&] { return kdev_matmul_backward_set(b.d, du, gw, gb, y, a, w2, N, F, C); });
 
     const double act = (double)N * C * 4e-9;   /* GB of one fp32 [N, C] tensor */
     row(&b, "layernorm fwd", 2 * LS, 2 * act, 0,
@@ -215,7 +215,7 @@ int main(void)
     row(&b, "gelu fwd", LS, 2 * act * 4, 0,
         [&] { return kdev_gelu_forward(b.d, a, u, (size_t)N * F, KGELU_TANH); });
     row(&b, "gelu bwd", LS, 3 * act * 4, 0,
-        [&] { return kdev_gelu_backward(b.d, du, a, u, (size_t)N * F, KGELU_TANH); });
+        [&] { return kdev_gelu_backward_set(b.d, du, a, u, (size_t)N * F, KGELU_TANH); });
     row(&b, "add (residual)", 2 * LS, 3 * act, 0,
         [&] { return kdev_add(b.d, y, x, dx, (size_t)N * C); });
     row(&b, "accumulate (residual grad)", 2 * LS, 3 * act, 0,

@@ -178,11 +178,19 @@ static int cpu_matmul_forward(kdev *d, float *out, const float *inp, const float
     return 0;
 }
 
+/* set: dinp zeroed, then the accumulating reference (bitwise a zero-then-add caller's). */
+static void zero_if(int set, float *x, size_t n)
+{
+    if (set && x && n)
+        memset(x, 0, n * sizeof *x);
+}
+
 static int cpu_matmul_backward(kdev *d, float *dinp, float *dweight, float *dbias,
                                const float *dout, const float *inp, const float *weight,
-                               int M, int K, int N)
+                               int M, int K, int N, int set)
 {
     (void)d;
+    zero_if(set, dinp, M > 0 && K > 0 ? (size_t)M * K : 0);
     kcpu_matmul_backward(dinp, dweight, dbias, dout, inp, weight, M, K, N);
     return 0;
 }
@@ -342,9 +350,10 @@ static int cpu_swiglu_forward(kdev *d, float *out, const float *inp, int N, int 
 }
 
 static int cpu_swiglu_backward(kdev *d, float *dinp, const float *dout, const float *inp,
-                               int N, int F)
+                               int N, int F, int set)
 {
     (void)d;
+    zero_if(set, dinp, N > 0 && F > 0 ? (size_t)N * 2 * F : 0);
     kcpu_swiglu_backward(dinp, dout, inp, N, F);
     return 0;
 }
@@ -357,9 +366,10 @@ static int cpu_gelu_forward(kdev *d, float *out, const float *inp, size_t n, kge
 }
 
 static int cpu_gelu_backward(kdev *d, float *dinp, const float *dout, const float *inp,
-                             size_t n, kgelu_kind kind)
+                             size_t n, kgelu_kind kind, int set)
 {
     (void)d;
+    zero_if(set, dinp, n);
     kcpu_gelu_backward(dinp, dout, inp, n, kind);
     return 0;
 }

@@ -44,7 +44,8 @@ __global__ void gelu_fwd_kernel(T *out, const T *inp, size_t n, int erf_kind)
 }
 
 template <typename T, int W>
-__global__ void gelu_bwd_kernel(T *dinp, const T *dout, const T *inp, size_t n, int erf_kind)
+__global__ void gelu_bwd_kernel(T *dinp, const T *dout, const T *inp, size_t n, int erf_kind,
+                                int acc)
 {
     size_t stride = (size_t)gridDim.x * blockDim.x, nv = n / W;
     size_t t0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -52,15 +53,16 @@ __global__ void gelu_bwd_kernel(T *dinp, const T *dout, const T *inp, size_t n, 
         float a[W], g[W], d[W];
         kcuda_ldw<W>(a, inp + v * W);
         kcuda_ldw<W>(g, dout + v * W);
-        kcuda_ldw<W>(d, dinp + v * W);
+        if (acc)
+            kcuda_ldw<W>(d, dinp + v * W);
 #pragma unroll
         for (int j = 0; j < W; j++)
-            d[j] += g[j] * gelu_grad(a[j], erf_kind);
+            d[j] = (acc ? d[j] : 0.0f) + g[j] * gelu_grad(a[j], erf_kind);
         kcuda_stw<W>(dinp + v * W, d);
     }
     for (size_t i = nv * W + t0; i < n; i += stride)
-        kcuda_st(dinp + i, kcuda_ld(dinp + i) + kcuda_ld(dout + i) *
-                                                    gelu_grad(kcuda_ld(inp + i), erf_kind));
+        kcuda_st(dinp + i, (acc ? kcuda_ld(dinp + i) : 0.0f) +
+                               kcuda_ld(dout + i) * gelu_grad(kcuda_ld(inp + i), erf_kind));
 }
 
 #define GELU_THREADS 256
@@ -100,7 +102,8 @@ static int fwd(kcuda_ctx *ctx, T *out, const T *inp, size_t n, int kind)
 }
 
 template <typename T>
-static int bwd(kcuda_ctx *ctx, T *dinp, const T *dout, const T *inp, size_t n, int kind)
+static int bwd(kcuda_ctx *ctx, T *dinp, const T *dout, const T *inp, size_t n, int kind,
+               int acc)
 {
     int rc = gelu_args(ctx, dinp, dout, kind, "kcuda_gelu_backward");
     if (rc < 0 || n == 0)
@@ -110,10 +113,10 @@ static int bwd(kcuda_ctx *ctx, T *dinp, const T *dout, const T *inp, size_t n, i
     const int W = kcuda_vec<T>::n;
     if (kcuda_vec_ok<T>(0, dinp, dout, inp))
         gelu_bwd_kernel<T, W><<<gelu_blocks(n, W), GELU_THREADS, 0, ctx->stream>>>(
-            dinp, dout, inp, n, kind);
+            dinp, dout, inp, n, kind, acc);
     else
         gelu_bwd_kernel<T, 1><<<gelu_blocks(n, 1), GELU_THREADS, 0, ctx->stream>>>(
-            dinp, dout, inp, n, kind);
+            dinp, dout, inp, n, kind, acc);
     return kcuda_check_launch(ctx, "gelu_bwd_kernel");
 }
 
@@ -127,9 +130,9 @@ extern "C" int kcuda_gelu_forward_bf16(kcuda_ctx *ctx, kcuda_bf16 *out, const kc
 
 extern "C" int kcuda_gelu_backward_bf16(kcuda_ctx *ctx, kcuda_bf16 *dinp,
                                         const kcuda_bf16 *dout, const kcuda_bf16 *inp, size_t n,
-                                        int kind)
+                                        int kind, int accumulate)
 {
-    return bwd<bf>(ctx, (bf *)dinp, (const bf *)dout, (const bf *)inp, n, kind);
+    return bwd<bf>(ctx, (bf *)dinp, (const bf *)dout, (const bf *)inp, n, kind, accumulate);
 }
 
 extern "C" int kcuda_gelu_forward_f32(kcuda_ctx *ctx, float *out, const float *inp, size_t n,
@@ -139,7 +142,7 @@ extern "C" int kcuda_gelu_forward_f32(kcuda_ctx *ctx, float *out, const float *i
 }
 
 extern "C" int kcuda_gelu_backward_f32(kcuda_ctx *ctx, float *dinp, const float *dout,
-                                       const float *inp, size_t n, int kind)
+                                       const float *inp, size_t n, int kind, int accumulate)
 {
-    return bwd<float>(ctx, dinp, dout, inp, n, kind);
+    return bwd<float>(ctx, dinp, dout, inp, n, kind, accumulate);
 }

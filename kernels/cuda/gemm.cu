@@ -393,7 +393,8 @@ extern "C" int kcuda_matmul_forward_bf16_f32out(kcuda_ctx *ctx, float *out,
 
 extern "C" int kcuda_matmul_dinp_bf16_f32out(kcuda_ctx *ctx, float *dinp,
                                              const kcuda_bf16 *dout, int ldd,
-                                             const kcuda_bf16 *weight, int M, int K, int N)
+                                             const kcuda_bf16 *weight, int M, int K, int N,
+                                             int accumulate)
 {
     int rc = check_shape(ctx, "kcuda_matmul_dinp_bf16_f32out", M, K, N);
     if (rc < 0)
@@ -402,7 +403,7 @@ extern "C" int kcuda_matmul_dinp_bf16_f32out(kcuda_ctx *ctx, float *dinp,
         return kcuda_fail(ctx, KCUDA_EARG, "kcuda_matmul_dinp_bf16_f32out: ldd %d < N %d", ldd,
                           N);
     struct gemm_args g = {DT_BF16_F32OUT, CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, weight, K, dout,
-                          ldd, dinp, K, 1.0f, NULL, 0};
+                          ldd, dinp, K, accumulate ? 1.0f : 0.0f, NULL, 0};
     return lt_matmul(ctx, &g);
 }
 

@@ -93,8 +93,10 @@ int kcuda_matmul_backward_f32(kcuda_ctx *ctx, float *dinp, float *dweight, float
 int kcuda_matmul_forward_bf16_f32out(kcuda_ctx *ctx, float *out, const kcuda_bf16 *inp,
                                      const kcuda_bf16 *weight, const float *bias, int M, int K,
                                      int N);
+/* dinp += (accumulate) or = the product. */
 int kcuda_matmul_dinp_bf16_f32out(kcuda_ctx *ctx, float *dinp, const kcuda_bf16 *dout,
-                                  int ldd, const kcuda_bf16 *weight, int M, int K, int N);
+                                  int ldd, const kcuda_bf16 *weight, int M, int K, int N,
+                                  int accumulate);
 int kcuda_matmul_dweight_bf16_f32out(kcuda_ctx *ctx, float *dweight, const kcuda_bf16 *dout,
                                      int ldd, const kcuda_bf16 *inp, int M, int K, int N);
 /* The bias gradient of kcuda_matmul_backward_f32 in two calls around the GEMMs, its one
@@ -128,14 +130,14 @@ int kcuda_rmsnorm_backward_f32(kcuda_ctx *ctx, float *dinp, float *dweight,
 
 /* ---- SwiGLU --------------------------------------------------------------------
  * inp [N, 2F]: gate in columns [0,F), up in [F,2F); out [N,F] = silu(gate) * up.
- * Backward: dinp [N,2F] += (d gate, d up). */
+ * Backward: dinp [N,2F] += (d gate, d up), or = with accumulate 0. */
 int kcuda_swiglu_forward_bf16(kcuda_ctx *ctx, kcuda_bf16 *out, const kcuda_bf16 *inp,
                               int N, int F);
 int kcuda_swiglu_backward_bf16(kcuda_ctx *ctx, kcuda_bf16 *dinp, const kcuda_bf16 *dout,
-                               const kcuda_bf16 *inp, int N, int F);
+                               const kcuda_bf16 *inp, int N, int F, int accumulate);
 int kcuda_swiglu_forward_f32(kcuda_ctx *ctx, float *out, const float *inp, int N, int F);
 int kcuda_swiglu_backward_f32(kcuda_ctx *ctx, float *dinp, const float *dout,
-                              const float *inp, int N, int F);
+                              const float *inp, int N, int F, int accumulate);
 
 /* ---- softmax cross-entropy (fp32 logits) --------------------------------------
  * As kcpu_crossentropy_*: losses[i] = logsumexp(logits[i,:]) - logits[i,targets[i]],
@@ -210,14 +212,14 @@ int kcuda_rope_backward_f32(kcuda_ctx *ctx, float *dx, const float *cos, const f
                             int N, int H, int D);
 
 /* GELU over n elements; kind as kgelu_kind in kernels.h (0 = tanh approximation,
- * 1 = exact erf).  Backward: dinp += dout * gelu'(inp). */
+ * 1 = exact erf).  Backward: dinp += dout * gelu'(inp), or = with accumulate 0. */
 int kcuda_gelu_forward_bf16(kcuda_ctx *ctx, kcuda_bf16 *out, const kcuda_bf16 *inp, size_t n,
                             int kind);
 int kcuda_gelu_backward_bf16(kcuda_ctx *ctx, kcuda_bf16 *dinp, const kcuda_bf16 *dout,
-                             const kcuda_bf16 *inp, size_t n, int kind);
+                             const kcuda_bf16 *inp, size_t n, int kind, int accumulate);
 int kcuda_gelu_forward_f32(kcuda_ctx *ctx, float *out, const float *inp, size_t n, int kind);
 int kcuda_gelu_backward_f32(kcuda_ctx *ctx, float *dinp, const float *dout, const float *inp,
-                            size_t n, int kind);
+                            size_t n, int kind, int accumulate);
 
 /* Embedding: out[N,C] = table[ids[i], :] (ids a device array, trusted to lie in the
  * table, as in kernels.h).  Backward: dtable[ids[i], :] += dout[i, :] into an fp32 table,

@@ -3,7 +3,7 @@
  * bf16 A/B and fp32 C (fp32 accumulation): the tensor cores' bf16 rate, where fp32
  * operands with CUBLAS_COMPUTE_32F_FAST_16BF re-read and convert them inside the GEMM.
  *   forward:  out = bf16(inp) . bf16(weight)^T (+ bias, fp32 epilogue)
- *   backward: dinp += bf16(dout) . bf16(weight); dweight += bf16(dout)^T . bf16(inp), both
+ *   backward: dinp += (or, set, =) bf16(dout) . bf16(weight); dweight += bf16(dout)^T . bf16(inp), both
  *             fp32 out of cuBLASLt; dbias += column sums of the fp32 dout.
  * Weights are converted per call (a few MB per GEMM: small beside the activations); the
  * conversions round to nearest even and cost one read and a half-size write each.
@@ -92,7 +92,8 @@ int cuda_matmul16_forward(kdev *d, float *out, const float *inp, const float *we
  * are zero, outside the scratch (kdev_cuda_head.cu), no dbias. */
 int cuda_matmul16_backward_from(kdev *d, float *dinp, float *dweight, float *dbias,
                                 const float *dout, const kcuda_bf16 *dout16,
-                                const float *inp, const float *weight, int M, int K, int N)
+                                const float *inp, const float *weight, int M, int K, int N,
+                                int set)
 {
     static const char op[] = "matmul_backward (bf16)";
     if (!fits(K))
@@ -143,7 +144,7 @@ int cuda_matmul16_backward_from(kdev *d, float *dinp, float *dweight, float *dbi
             return rc;
     }
     if (dinp) {
-        rc = kcuda_matmul_dinp_bf16_f32out(k, dinp, b[0], Np, b[2], M, K, Np);
+        rc = kcuda_matmul_dinp_bf16_f32out(k, dinp, b[0], Np, b[2], M, K, Np, !set);
         if (rc)
             return rc == KCUDA_ENOALGO ? HERR_NOALGO : cuda_kc(d, rc, op);
     }
@@ -167,8 +168,8 @@ int cuda_matmul16_backward_from(kdev *d, float *dinp, float *dweight, float *dbi
 
 int cuda_matmul16_backward(kdev *d, float *dinp, float *dweight, float *dbias,
                            const float *dout, const float *inp, const float *weight, int M,
-                           int K, int N)
+                           int K, int N, int set)
 {
     return cuda_matmul16_backward_from(d, dinp, dweight, dbias, dout, NULL, inp, weight, M, K,
-                                       N);
+                                       N, set);
 }

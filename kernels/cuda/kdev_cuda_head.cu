@@ -106,7 +106,7 @@ int cuda_head_ce_backward(kdev *d, float *dinp, float *dw, float *ws, const doub
                      op);
     if (rc)
         return rc;
-    rc = cuda_matmul16_backward_from(d, dinp, dw, NULL, NULL, h.logits, inp, w, n, K, V);
+    rc = cuda_matmul16_backward_from(d, dinp, dw, NULL, NULL, h.logits, inp, w, n, K, V, 0);
     /* the gradient is already over ws: the composition cannot start again from logits */
     return rc == HERR_NOALGO ? kdev_fail(d, HERR_DEVICE, "%s: cuBLASLt has no bf16 "
                                          "algorithm for %d x %d x %d", op, n, K, V)

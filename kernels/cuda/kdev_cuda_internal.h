@@ -112,7 +112,7 @@ CUDA_PRIVATE int cuda_matmul_forward(kdev *d, float *out, const float *inp,
                                      int N);
 CUDA_PRIVATE int cuda_matmul_backward(kdev *d, float *dinp, float *dweight, float *dbias,
                                       const float *dout, const float *inp,
-                                      const float *weight, int M, int K, int N);
+                                      const float *weight, int M, int K, int N, int set);
 CUDA_PRIVATE int cuda_add(kdev *d, float *out, const float *a, const float *b, size_t n);
 CUDA_PRIVATE int cuda_accumulate(kdev *d, float *dst, const float *src, size_t n);
 CUDA_PRIVATE int cuda_scale(kdev *d, float *x, size_t n, float s);
@@ -138,11 +138,11 @@ CUDA_PRIVATE int cuda_rope_backward(kdev *d, float *dx, const float *cos, const 
                                     int N, int H, int D);
 CUDA_PRIVATE int cuda_swiglu_forward(kdev *d, float *out, const float *inp, int N, int F);
 CUDA_PRIVATE int cuda_swiglu_backward(kdev *d, float *dinp, const float *dout,
-                                      const float *inp, int N, int F);
+                                      const float *inp, int N, int F, int set);
 CUDA_PRIVATE int cuda_gelu_forward(kdev *d, float *out, const float *inp, size_t n,
                                    kgelu_kind kind);
 CUDA_PRIVATE int cuda_gelu_backward(kdev *d, float *dinp, const float *dout,
-                                    const float *inp, size_t n, kgelu_kind kind);
+                                    const float *inp, size_t n, kgelu_kind kind, int set);
 
 /* kdev_cuda_ce.cu */
 CUDA_PRIVATE int cuda_ce_rowmax(kdev *d, float *mx, const float *logits, int n, int Vl);
@@ -203,16 +203,18 @@ CUDA_PRIVATE int cuda_carve_bf16(kdev *d, kcuda_bf16 **p, const size_t *count, i
 CUDA_PRIVATE int cuda_matmul16_forward(kdev *d, float *out, const float *inp,
                                        const float *weight, const float *bias, int M, int K,
                                        int N);
+/* set: dinp written, not added to. */
 CUDA_PRIVATE int cuda_matmul16_backward(kdev *d, float *dinp, float *dweight, float *dbias,
                                         const float *dout, const float *inp,
-                                        const float *weight, int M, int K, int N);
+                                        const float *weight, int M, int K, int N, int set);
 /* The same backward from dout16 instead of dout when dout == NULL: bf16 rows of
  * cuda_pitch8(N) elements, the pad columns zero, outside the scratch; then dbias must be
  * NULL. */
 CUDA_PRIVATE int cuda_matmul16_backward_from(kdev *d, float *dinp, float *dweight,
                                              float *dbias, const float *dout,
                                              const kcuda_bf16 *dout16, const float *inp,
-                                             const float *weight, int M, int K, int N);
+                                             const float *weight, int M, int K, int N,
+                                             int set);
 /* N rounded up to a multiple of 8: bf16 rows of 16-byte multiples. */
 static inline int cuda_pitch8(int N)
 {

@@ -163,7 +163,7 @@ int cuda_matmul_forward(kdev *d, float *out, const float *inp, const float *weig
 }
 
 int cuda_matmul_backward(kdev *d, float *dinp, float *dweight, float *dbias, const float *dout,
-                         const float *inp, const float *weight, int M, int K, int N)
+                         const float *inp, const float *weight, int M, int K, int N, int set)
 {
     if (M <= 0 || N <= 0)
         return 0;
@@ -178,8 +178,17 @@ int cuda_matmul_backward(kdev *d, float *dinp, float *dweight, float *dbias, con
         return 0;
     if (cuda_st(d)->prec == KDEV_PREC_BF16) {
         /* HERR_NOALGO comes before anything is added: safe to redo in fp32 operands */
-        int rc = cuda_matmul16_backward(d, dinp, dweight, dbias, dout, inp, weight, M, K, N);
+        int rc = cuda_matmul16_backward(d, dinp, dweight, dbias, dout, inp, weight, M, K, N,
+                                        set);
         if (rc != HERR_NOALGO)
+            return rc;
+    }
+    /* the fp32 GEMMs accumulate: a dinp to be set is zeroed first */
+    if (set && dinp) {
+        int rc = cuda_err(d, cudaMemsetAsync(dinp, 0, (size_t)M * K * sizeof(float),
+                                             cuda_stream(d)),
+                          "matmul_backward");
+        if (rc)
             return rc;
     }
     return cuda_kc(d, kcuda_matmul_backward_f32(cuda_st(d)->k, dinp, dweight, dbias, dout, inp,
@@ -333,11 +342,11 @@ int cuda_swiglu_forward(kdev *d, float *out, const float *inp, int N, int F)
 }
 
 int cuda_swiglu_backward(kdev *d, float *dinp, const float *dout, const float *inp, int N,
-                         int F)
+                         int F, int set)
 {
     if (N <= 0 || F <= 0)
         return 0;
-    return cuda_kc(d, kcuda_swiglu_backward_f32(cuda_st(d)->k, dinp, dout, inp, N, F),
+    return cuda_kc(d, kcuda_swiglu_backward_f32(cuda_st(d)->k, dinp, dout, inp, N, F, !set),
                    "swiglu_backward");
 }
 
@@ -350,10 +359,11 @@ int cuda_gelu_forward(kdev *d, float *out, const float *inp, size_t n, kgelu_kin
 }
 
 int cuda_gelu_backward(kdev *d, float *dinp, const float *dout, const float *inp, size_t n,
-                       kgelu_kind kind)
+                       kgelu_kind kind, int set)
 {
     if (!n)
         return 0;
-    return cuda_kc(d, kcuda_gelu_backward_f32(cuda_st(d)->k, dinp, dout, inp, n, (int)kind),
+    return cuda_kc(d, kcuda_gelu_backward_f32(cuda_st(d)->k, dinp, dout, inp, n, (int)kind,
+                                              !set),
                    "gelu_backward");
 }

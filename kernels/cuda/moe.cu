@@ -606,7 +606,7 @@ extern "C" int kcuda_moe_experts_backward_bf16(kcuda_ctx *ctx, kcuda_bf16 *dxp,
                           down + (size_t)e * H * Fm, n, Fm, H)) < 0)
             return rc;
     }
-    if ((rc = kcuda_swiglu_backward_bf16(ctx, dhp, dap, hp, (int)R, Fm)) < 0)
+    if ((rc = kcuda_swiglu_backward_bf16(ctx, dhp, dap, hp, (int)R, Fm, 1)) < 0)
         return rc;
     for (int e = 0; e < E; e++) {
         int n = off[e + 1] - off[e];

@@ -16,7 +16,7 @@ __global__ void swiglu_fwd_kernel(T *out, const T *inp, int N, int F)
 
 /* d gate = dy * up * s * (1 + g (1 - s)),  d up = dy * g * s */
 template <typename T>
-__global__ void swiglu_bwd_kernel(T *dinp, const T *dout, const T *inp, int N, int F)
+__global__ void swiglu_bwd_kernel(T *dinp, const T *dout, const T *inp, int N, int F, int acc)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)N * F)
@@ -26,8 +26,9 @@ __global__ void swiglu_bwd_kernel(T *dinp, const T *dout, const T *inp, int N, i
     T *din = dinp + row * 2 * F;
     float g = kcuda_ld(in + col), u = kcuda_ld(in + F + col), dy = kcuda_ld(dout + i);
     float s = 1.0f / (1.0f + expf(-g));
-    kcuda_st(din + col, kcuda_ld(din + col) + dy * u * s * (1.0f + g * (1.0f - s)));
-    kcuda_st(din + F + col, kcuda_ld(din + F + col) + dy * g * s);
+    float dg = dy * u * s * (1.0f + g * (1.0f - s)), du = dy * g * s;
+    kcuda_st(din + col, acc ? kcuda_ld(din + col) + dg : dg);
+    kcuda_st(din + F + col, acc ? kcuda_ld(din + F + col) + du : du);
 }
 
 template <typename T>
@@ -41,13 +42,13 @@ static int fwd(kcuda_ctx *ctx, T *out, const T *inp, int N, int F)
 }
 
 template <typename T>
-static int bwd(kcuda_ctx *ctx, T *dinp, const T *dout, const T *inp, int N, int F)
+static int bwd(kcuda_ctx *ctx, T *dinp, const T *dout, const T *inp, int N, int F, int acc)
 {
     if (N <= 0 || F <= 0)
         return kcuda_fail(ctx, KCUDA_EARG, "kcuda_swiglu_backward: bad shape N=%d F=%d", N, F);
     size_t n = (size_t)N * F;
     swiglu_bwd_kernel<T><<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(dinp, dout, inp,
-                                                                               N, F);
+                                                                               N, F, acc);
     return kcuda_check_launch(ctx, "swiglu_bwd_kernel");
 }
 
@@ -61,9 +62,9 @@ extern "C" int kcuda_swiglu_forward_bf16(kcuda_ctx *ctx, kcuda_bf16 *out,
 
 extern "C" int kcuda_swiglu_backward_bf16(kcuda_ctx *ctx, kcuda_bf16 *dinp,
                                           const kcuda_bf16 *dout, const kcuda_bf16 *inp, int N,
-                                          int F)
+                                          int F, int accumulate)
 {
-    return bwd<bf>(ctx, (bf *)dinp, (const bf *)dout, (const bf *)inp, N, F);
+    return bwd<bf>(ctx, (bf *)dinp, (const bf *)dout, (const bf *)inp, N, F, accumulate);
 }
 
 extern "C" int kcuda_swiglu_forward_f32(kcuda_ctx *ctx, float *out, const float *inp, int N,
@@ -73,7 +74,7 @@ extern "C" int kcuda_swiglu_forward_f32(kcuda_ctx *ctx, float *out, const float 
 }
 
 extern "C" int kcuda_swiglu_backward_f32(kcuda_ctx *ctx, float *dinp, const float *dout,
-                                         const float *inp, int N, int F)
+                                         const float *inp, int N, int F, int accumulate)
 {
-    return bwd<float>(ctx, dinp, dout, inp, N, F);
+    return bwd<float>(ctx, dinp, dout, inp, N, F, accumulate);
 }

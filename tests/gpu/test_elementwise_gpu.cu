@@ -398,11 +398,12 @@ static int t_gelu(struct tctx *t, int bf16)
             int r1, r2;
             if (bf16) {
                 r1 = kcuda_gelu_forward_bf16(t->k, (bf *)d_out, (bf *)d_x, n, kind);
-                r2 = kcuda_gelu_backward_bf16(t->k, (bf *)d_dx, (bf *)d_dy, (bf *)d_x, n, kind);
+                r2 = kcuda_gelu_backward_bf16(t->k, (bf *)d_dx, (bf *)d_dy, (bf *)d_x, n, kind,
+                                              1);
             } else {
                 r1 = kcuda_gelu_forward_f32(t->k, (float *)d_out, (float *)d_x, n, kind);
                 r2 = kcuda_gelu_backward_f32(t->k, (float *)d_dx, (float *)d_dy, (float *)d_x, n,
-                                             kind);
+                                             kind, 1);
             }
             if (!rc_ok(t, r1, "gelu_forward") || !rc_ok(t, r2, "gelu_backward")) {
                 gu_pool_free(&p);

@@ -458,10 +458,14 @@ static int mm_case(struct tctx *t, const char *tag, int M, int K, int N)
     struct dp db = dp_make(t, hdb, (size_t)N * 4);
     struct dp di1 = dp_make(t, hdi, (size_t)M * K * 4), dw1 = dp_make(t, hdw, (size_t)N * K * 4);
     struct dp db1 = dp_make(t, hdb, (size_t)N * 4);
+    /* the _set form writes dinp: NaN there must not survive; dw still accumulates */
+    struct dp dis = dp_nan(t, (size_t)M * K), dws = dp_make(t, hdw, (size_t)N * K * 4);
     if (t->bad)
         return 1;
     for (int k = 0; k < 2; k++) {
         kdev *d = t->d[k];
+        CK(kdev_matmul_backward_set(d, FP(dis, k), FP(dws, k), NULL, FP(dout, k), FP(inp, k),
+                                    FP(wt, k), M, K, N));
         CK(kdev_matmul_forward(d, FP(o1, k), FP(inp, k), FP(wt, k), FP(bias, k), M, K, N));
         CK(kdev_matmul_forward(d, FP(o2, k), FP(inp, k), FP(wt, k), NULL, M, K, N));
         CK(kdev_matmul_backward(d, FP(di, k), FP(dw, k), FP(db, k), FP(dout, k), FP(inp, k),
@@ -480,7 +484,8 @@ static int mm_case(struct tctx *t, const char *tag, int M, int K, int N)
         size_t len;
     } chk[] = {{"out", o1, (size_t)M * N}, {"out_nb", o2, (size_t)M * N},
                {"dinp", di, (size_t)M * K}, {"dw", dw, (size_t)N * K}, {"db", db, (size_t)N},
-               {"dinp1", di1, (size_t)M * K}, {"dw1", dw1, (size_t)N * K}, {"db1", db1, (size_t)N}};
+               {"dinp1", di1, (size_t)M * K}, {"dw1", dw1, (size_t)N * K}, {"db1", db1, (size_t)N},
+               {"dinp_set", dis, (size_t)M * K}, {"dw_set", dws, (size_t)N * K}};
     for (size_t i = 0; i < sizeof chk / sizeof chk[0]; i++) {
         snprintf(w, sizeof w, "%s.%s", tag, chk[i].n);
         f += cmp_tol(t, w, chk[i].b, chk[i].len, t->tol > 0 ? t->tol : TOL_F32);
@@ -619,12 +624,16 @@ static int test_activations(struct tctx *t)
     struct dp dout = dp_rand(t, (size_t)N * F, -1, 1), din = dp_rand(t, (size_t)N * 2 * F, -1, 1);
     struct dp gx = dp_rand(t, n, -6, 6), go[2] = {dp_nan(t, n), dp_nan(t, n)};
     struct dp gd = dp_rand(t, n, -1, 1), gdi[2] = {dp_rand(t, n, -1, 1), dp_rand(t, n, -1, 1)};
+    /* the _set forms write dinp: NaN there must not survive */
+    struct dp dins = dp_nan(t, (size_t)N * 2 * F), gds = dp_nan(t, n);
     if (t->bad)
         return 1;
     for (int k = 0; k < 2; k++) {
         kdev *d = t->d[k];
         CK(kdev_swiglu_forward(d, FP(o, k), FP(in, k), N, F));
         CK(kdev_swiglu_backward(d, FP(din, k), FP(dout, k), FP(in, k), N, F));
+        CK(kdev_swiglu_backward_set(d, FP(dins, k), FP(dout, k), FP(in, k), N, F));
+        CK(kdev_gelu_backward_set(d, FP(gds, k), FP(gd, k), FP(gx, k), n, KGELU_TANH));
         for (int g = 0; g < 2; g++) {
             CK(kdev_gelu_forward(d, FP(go[g], k), FP(gx, k), n, (kgelu_kind)g));
             CK(kdev_gelu_backward(d, FP(gdi[g], k), FP(gd, k), FP(gx, k), n, (kgelu_kind)g));
@@ -635,6 +644,8 @@ static int test_activations(struct tctx *t)
     f += cmp_tol(t, "gelu_tanh", go[0], n, TOL_F32) + cmp_tol(t, "gelu_erf", go[1], n, TOL_F32);
     f += cmp_tol(t, "gelu_tanh.d", gdi[0], n, TOL_F32);
     f += cmp_tol(t, "gelu_erf.d", gdi[1], n, TOL_F32);
+    f += cmp_tol(t, "swiglu.dset", dins, (size_t)N * 2 * F, TOL_F32);
+    f += cmp_tol(t, "gelu_tanh.dset", gds, n, TOL_F32);
     return f + t->bad;
 }
 

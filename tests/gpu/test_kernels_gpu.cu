@@ -370,10 +370,11 @@ static int t_swiglu(struct tctx *t, int bf16)
     if (bf16) {
         r1 = kcuda_swiglu_forward_bf16(t->k, (kcuda_bf16 *)d_out, (kcuda_bf16 *)d_x, N, F);
         r2 = kcuda_swiglu_backward_bf16(t->k, (kcuda_bf16 *)d_dx, (kcuda_bf16 *)d_dy,
-                                        (kcuda_bf16 *)d_x, N, F);
+                                        (kcuda_bf16 *)d_x, N, F, 1);
     } else {
         r1 = kcuda_swiglu_forward_f32(t->k, (float *)d_out, (float *)d_x, N, F);
-        r2 = kcuda_swiglu_backward_f32(t->k, (float *)d_dx, (float *)d_dy, (float *)d_x, N, F);
+        r2 = kcuda_swiglu_backward_f32(t->k, (float *)d_dx, (float *)d_dy, (float *)d_x, N, F,
+                                       1);
     }
     if (!rc_ok(t, r1, "swiglu_forward") || !rc_ok(t, r2, "swiglu_backward")) {
         gu_pool_free(&p);

@@ -228,8 +228,8 @@ static int row_linear_forward(stack *st, fp8_layer *f8, int kind, float *out,
     return 0;
 }
 
-/* Its backward from dy [Nl, M] (this rank's rows of the output gradient): dinp [N, K],
- * dw, db accumulated.  Under sp the bias sees only the local rows (a partial gradient,
+/* Its backward from dy [Nl, M] (this rank's rows of the output gradient): dinp [N, K]
+ * written, dw, db accumulated.  Under sp the bias sees only the local rows (a partial gradient,
  * summed over tp by the caller of the stack). */
 static int row_linear_backward(stack *st, fp8_layer *f8, int kind, float *dinp, float *dw,
                                float *db, const float *dy, const float *inp, const float *w,
@@ -240,8 +240,10 @@ static int row_linear_backward(stack *st, fp8_layer *f8, int kind, float *dinp, 
     if (rc)
         return rc;
     if (!sp_on(st))
-        return fp8_linear_backward(st->c.dev, f8, kind, 0, dinp, dw, db, dyf, inp, w, N, K, M, err);
-    if ((rc = fp8_linear_backward(st->c.dev, f8, kind, 0, dinp, dw, NULL, dyf, inp, w, N, K, M, err)))
+        return fp8_linear_backward_set(st->c.dev, f8, kind, 0, dinp, dw, db, dyf, inp, w, N, K,
+                                       M, err);
+    if ((rc = fp8_linear_backward_set(st->c.dev, f8, kind, 0, dinp, dw, NULL, dyf, inp, w, N,
+                                      K, M, err)))
         return rc;
     kdev_matmul_backward(st->c.dev, NULL, NULL, db, dy, NULL, NULL, Nl, K, M);
     return 0;
@@ -708,19 +710,16 @@ static int dense_mlp_backward(stack *st, block *b, const stack_ctx *ctx, hearth_
     const stack_shape *s = c->s;
     const block_params *p = &b->p, *g = &b->g;
     int N = ctx->N, Nl = ctx->N_local, rc;
-    float *dh = sc->tmp;
-    zero(c->dev, dh, (size_t)N * c->H);
-    zero(c->dev, sc->da, (size_t)N * c->F);
+    float *dh = sc->tmp;   /* every gradient below is written, not added: nothing to zero */
     if ((rc = row_linear_backward(st, p->fp8, FP8_FC2, sc->da, g->fc2_w, g->fc2_b, sc->dres, b->a, p->fc2_w,
                                   N, Nl, c->F, c->H, err)))
         return rc;
-    zero(c->dev, sc->du, (size_t)N * c->Fu);
     if (s->mlp == MLP_SWIGLU)
-        kdev_swiglu_backward(c->dev, sc->du, sc->da, b->u, N, c->F);
+        kdev_swiglu_backward_set(c->dev, sc->du, sc->da, b->u, N, c->F);
     else
-        kdev_gelu_backward(c->dev, sc->du, sc->da, b->u, (size_t)N * c->F, c->gelu);
-    if ((rc = fp8_linear_backward(st->c.dev, p->fp8, FP8_FC1, 0, dh, g->fc1_w, g->fc1_b, sc->du, b->h2,
-                                  p->fc1_w, N, c->H, c->Fu, err)))
+        kdev_gelu_backward_set(c->dev, sc->du, sc->da, b->u, (size_t)N * c->F, c->gelu);
+    if ((rc = fp8_linear_backward_set(st->c.dev, p->fp8, FP8_FC1, 0, dh, g->fc1_w, g->fc1_b,
+                                      sc->du, b->h2, p->fc1_w, N, c->H, c->Fu, err)))
         return rc;
     if ((rc = rows_reduce(st, dh, N, Nl, c->H, err)))
         return rc;
@@ -739,7 +738,6 @@ static int attn_backward(stack *st, block *b, const float *x, const stack_ctx *c
     size_t nq = (size_t)N * c->QD, nk = (size_t)N * c->KD;
     kdev *dev = c->dev;
 
-    zero(dev, sc->datt, nq);
     if ((rc = row_linear_backward(st, p->fp8, FP8_PROJ, sc->datt, g->proj_w, g->proj_b, sc->dres, b->att,
                                   p->proj_w, N, Nl, c->QD, c->H, err)))
         return rc;
@@ -783,9 +781,8 @@ static int attn_backward(stack *st, block *b, const float *x, const stack_ctx *c
     kdev_copy_2d(dev, sc->qkv + c->QD, row, dkd, fk, fk, (size_t)N);
     kdev_copy_2d(dev, sc->qkv + c->QD + c->KD, row, sc->dv, fk, fk, (size_t)N);
     float *dh = sc->tmp;
-    zero(dev, dh, (size_t)N * c->H);
-    if ((rc = fp8_linear_backward(st->c.dev, p->fp8, FP8_QKV, 0, dh, g->qkv_w, g->qkv_b, sc->qkv, b->h1,
-                                  p->qkv_w, N, c->H, c->QKV, err)))
+    if ((rc = fp8_linear_backward_set(st->c.dev, p->fp8, FP8_QKV, 0, dh, g->qkv_w, g->qkv_b,
+                                      sc->qkv, b->h1, p->qkv_w, N, c->H, c->QKV, err)))
         return rc;
     if ((rc = rows_reduce(st, dh, N, Nl, c->H, err)))
         return rc;

@@ -64,6 +64,11 @@ int fp8_linear_forward(kdev *dev, fp8_layer *f, int kind, int e, int tokens, flo
 int fp8_linear_backward(kdev *dev, fp8_layer *f, int kind, int e, float *dinp, float *dw,
                         float *db, const float *dout, const float *inp, const float *w,
                         int M, int K, int N, hearth_err *err);
+/* The same with dinp written, not added to (kdev_matmul_backward_set): the caller does not
+ * zero it. */
+int fp8_linear_backward_set(kdev *dev, fp8_layer *f, int kind, int e, float *dinp,
+                            float *dw, float *db, const float *dout, const float *inp,
+                            const float *w, int M, int K, int N, hearth_err *err);
 /* Replay mode, for activation recomputation (block.c, recompute_layer sets it for the
  * duration of a layer's rebuild): while on, f's forwards quantise with the scales f's
  * last forward of that linear saved, and record nothing: no amax is taken or reduced over

@@ -427,14 +427,19 @@ int fp8_linear_forward(kdev *dev, fp8_layer *f, int kind, int e, int tokens, flo
     return 0;
 }
 
-int fp8_linear_backward(kdev *dev, fp8_layer *f, int kind, int e, float *dinp, float *dw,
-                        float *db, const float *dout, const float *inp, const float *w,
-                        int M, int K, int N, hearth_err *err)
+static int linear_backward(kdev *dev, fp8_layer *f, int kind, int e, float *dinp, float *dw,
+                           float *db, const float *dout, const float *inp, const float *w,
+                           int M, int K, int N, int set, hearth_err *err)
 {
     if (!uses(f, kind, 0)) {
-        kdev_matmul_backward(dev, dinp, dw, db, dout, inp, w, M, K, N);
+        if (set)
+            kdev_matmul_backward_set(dev, dinp, dw, db, dout, inp, w, M, K, N);
+        else
+            kdev_matmul_backward(dev, dinp, dw, db, dout, inp, w, M, K, N);
         return 0;
     }
+    if (set && dinp)   /* the FP8 products accumulate */
+        kdev_zero(dev, dinp, (size_t)M * K * sizeof(float));
     size_t nx = (size_t)M * K, nw = (size_t)N * K, ny = (size_t)M * N;
     int u = unit_of(f, kind, e), rc;
     float amax[3] = { 0.0f, 0.0f, 0.0f };
@@ -463,4 +468,18 @@ int fp8_linear_backward(kdev *dev, fp8_layer *f, int kind, int e, float *dinp, f
     if (db)         /* the bias gradient from the unquantised dy, as the fused GPU cast */
         kdev_matmul_backward(dev, NULL, NULL, db, dout, NULL, NULL, M, K, N);
     return 0;
+}
+
+int fp8_linear_backward(kdev *dev, fp8_layer *f, int kind, int e, float *dinp, float *dw,
+                        float *db, const float *dout, const float *inp, const float *w,
+                        int M, int K, int N, hearth_err *err)
+{
+    return linear_backward(dev, f, kind, e, dinp, dw, db, dout, inp, w, M, K, N, 0, err);
+}
+
+int fp8_linear_backward_set(kdev *dev, fp8_layer *f, int kind, int e, float *dinp,
+                            float *dw, float *db, const float *dout, const float *inp,
+                            const float *w, int M, int K, int N, hearth_err *err)
+{
+    return linear_backward(dev, f, kind, e, dinp, dw, db, dout, inp, w, M, K, N, 1, err);
 }

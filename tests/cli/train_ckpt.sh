@@ -11,8 +11,9 @@ cd "$(dirname "$0")/../.."
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/hearth-cli-ckpt.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
-# Steps of a few milliseconds: enough of them that the signal lands mid-run.
-STEPS=100
+# Steps of a few milliseconds: enough of them that the signal lands mid-run even on a
+# loaded machine (100 were sometimes all done before a SIGHUP arrived on 2 busy cores).
+STEPS=300
 seed=${HEARTH_TEST_SEED:-$(( $(date +%s%N) % 100000 ))}
 echo "# seed $seed (set HEARTH_TEST_SEED to repeat)"
 ARGS=(--set model=tiny-vlm --set train.steps=$STEPS --set train.seq_len=16

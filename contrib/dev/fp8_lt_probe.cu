@@ -32,7 +32,13 @@ int try_one(cublasLtHandle_t lt, void *ws, size_t wsb, cudaDataType_t ta_, cudaD
     cublasStatus_t r=cublasLtMatmul(lt,op,&alpha,A,la,B,lb,&beta,C,lc,D,ld,(usealgo&&found)?&res.algo:NULL,ws,wsb,0);
     cudaError_t e=cudaDeviceSynchronize();
     printf("A %-4s B %-4s C %-4s D %-4s beta %g scale %d algo %d pref %d %dx%dx%d: heur %s found %d -> matmul %s (%s)\n",nm(ta_),nm(tb_),nm(tc),nm(td),beta,setscale,usealgo,prefset,m,n,k,cublasLtGetStatusString(h),found,cublasLtGetStatusString(r),cudaGetErrorString(e));
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la); cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc); cublasLtMatrixLayoutDestroy(ld);
+    cublasLtMatmulDescDestroy(op);
     cudaFree(A);cudaFree(B);cudaFree(C);cudaFree(D);cudaFree(s);
+    cudaFree(ws);
+    cublasLtDestroy(lt);
     return 0;
 }
 int main(){
@@ -50,5 +56,7 @@ int main(){
     try_one(lt,ws,wsb,E4,E5,F,F,0,1,1,512,64,256,1);
     try_one(lt,ws,wsb,E4,E4,F,F,0,1,1,4096,4096,4096,1);
     try_one(lt,ws,wsb,E4,E4,BF,BF,1,1,1,4096,4096,4096,1);
+    cudaFree(ws);
+    cublasLtDestroy(lt);
     return 0;
 }

@@ -109,6 +109,9 @@ static void last_log_line(const char *dir, char *buf, size_t size)
         fclose(f);
 }
 
+/* Why hearth cancelled the job (wait_job's *gave_up). */
+enum { KEPT = 0, TIMED_OUT = 1, INTERRUPTED = 2 };
+
 /* How a job that did not end with exit 0 ended, for the error. */
 static void describe_end(const backend_event *ev, int gave_up, long timeout_s, char *buf,
                          size_t size)
@@ -124,7 +127,9 @@ static void describe_end(const backend_event *ev, int gave_up, long timeout_s, c
         snprintf(buf, size, "reached its wall-time limit");
         return;
     case BACKEND_CANCELLED:
-        if (gave_up)
+        if (gave_up == INTERRUPTED)
+            snprintf(buf, size, "was cancelled: hearth was interrupted");
+        else if (gave_up)
             snprintf(buf, size, "did not end within --timeout %lds and was cancelled",
                      timeout_s);
         else
@@ -141,13 +146,14 @@ static void describe_end(const backend_event *ev, int gave_up, long timeout_s, c
 }
 
 /* Waits for the one tracked job: a line when it starts on a node (the sbatch job script
- * writes RUN_DIR/nodes as it starts), cancelled once timeout_s has passed.  Fills *ev. */
+ * writes RUN_DIR/nodes as it starts), cancelled once timeout_s has passed or *o->stop is
+ * set (*gave_up says which).  Fills *ev. */
 static int wait_job(backend *b, const bench_run_opts *o, const backend_job *bj,
                     const char *job_id, backend_event *ev, int *gave_up, hearth_err *err)
 {
     double start = backend_clock_s(), cancelled_at = 0;
     int running = 0;
-    *gave_up = 0;
+    *gave_up = KEPT;
     for (;;) {
         size_t n = 0;
         int rc = b->ops->poll(b, 1000, ev, 1, &n, err);
@@ -162,19 +168,25 @@ static int wait_job(backend *b, const bench_run_opts *o, const backend_job *bj,
             fflush(o->progress);
         }
         double now = backend_clock_s();
-        if (o->timeout_s > 0 && !*gave_up && now - start >= (double)o->timeout_s) {
-            fprintf(o->progress, "hearth: bench layers: job %s still running after %lds: "
-                    "cancelling it\n", job_id, o->timeout_s);
+        int timed_out = o->timeout_s > 0 && now - start >= (double)o->timeout_s;
+        if (!*gave_up && (timed_out || (o->stop && *o->stop))) {
+            if (timed_out)
+                fprintf(o->progress, "hearth: bench layers: job %s still running after %lds: "
+                        "cancelling it\n", job_id, o->timeout_s);
+            else
+                fprintf(o->progress, "hearth: bench layers: interrupted: cancelling job %s\n",
+                        job_id);
             fflush(o->progress);
-            *gave_up = 1;
+            *gave_up = timed_out ? TIMED_OUT : INTERRUPTED;
             cancelled_at = now;
             if ((rc = b->ops->cancel(b, bj, job_id, err)) < 0)
                 return herr_prefix(err, rc, "cancelling job %s", job_id);
         }
         if (*gave_up && now - cancelled_at > CANCEL_WAIT_S)
-            return herr_set(err, HERR_RUNTIME, "job %s did not end within --timeout %lds, and "
-                            "%.0fs after it was cancelled the %s backend still reports it "
-                            "alive", job_id, o->timeout_s, CANCEL_WAIT_S, b->ops->name);
+            return herr_set(err, HERR_RUNTIME, "job %s was cancelled (%s), and %.0fs later "
+                            "the %s backend still reports it alive", job_id,
+                            *gave_up == INTERRUPTED ? "hearth was interrupted" : "--timeout",
+                            CANCEL_WAIT_S, b->ops->name);
     }
 }
 

@@ -11,6 +11,7 @@
 #ifndef HEARTH_BENCH_RUN_H
 #define HEARTH_BENCH_RUN_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -25,6 +26,7 @@ typedef struct {
      * lines and launch (nodes 1; gpus_per_node 1 on cuda, else 0); the rest is set here. */
     const rundir_job *job;
     long timeout_s;            /* give up (and cancel the job) after this long; 0: never */
+    volatile sig_atomic_t *stop; /* once set (stop_signal.h): cancel the job; NULL: never */
     FILE *progress;            /* the job's id, its start and its end, a line each */
 } bench_run_opts;
 
@@ -32,8 +34,9 @@ typedef struct {
  * submits its job through the backend and waits for it to end.  Returns 0 when the job
  * ended with exit 0, with its directory (holding layer_bench.json) in dir; otherwise a
  * herr_code: HERR_CONFIG for a trainer without the mode or a bad config, HERR_RUNTIME for
- * a job that failed, was cancelled, timed out or vanished, naming the job id and the log
- * (the directory then stays, for the log). */
+ * a job that failed, was cancelled (--timeout, or *stop set: an interrupted hearth cancels
+ * its job rather than leave it running unrecorded), timed out or vanished, naming the job
+ * id and the log (the directory then stays, for the log). */
 int bench_run_job(const bench_run_opts *o, char *dir, size_t size, hearth_err *err);
 
 #endif

@@ -14,6 +14,7 @@
 #include "select_auto.h"
 #include "select_db.h"
 #include "select_fp8.h"
+#include "stop_signal.h"
 #include "trainer_caps.h"
 
 static int ingest_files(hearth_db *db, int n, char **files, hearth_err *err)
@@ -167,7 +168,8 @@ static int bench_layers(hcli_ctx *c, hearth_db *db, hearth_err *err)
         bench_run_opts o = { .backend = backend, .runs_dir = runs_dir, .config_json = json,
                              .name = t.cfg.model.name[0] ? t.cfg.model.name
                                                           : t.cfg.model_preset,
-                             .job = &t.job, .timeout_s = timeout, .progress = stderr };
+                             .job = &t.job, .timeout_s = timeout, .progress = stderr,
+                             .stop = stop_signal_catch() };
         rc = bench_run_job(&o, dir, sizeof dir, err);
     }
     free(json);

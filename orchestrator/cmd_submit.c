@@ -18,29 +18,9 @@
 #include "runs_db.h"
 #include "select_auto.h"
 #include "spec.h"
+#include "stop_signal.h"
 #include "sweep.h"
 #include "trainer_caps.h"
-
-/* Set by SIGINT/SIGTERM/SIGHUP while a sweep runs: the only state a signal handler may
- * touch. */
-static volatile sig_atomic_t stop_requested;
-
-static void on_stop_signal(int sig)
-{
-    (void)sig;
-    stop_requested = 1;
-}
-
-static void catch_stop_signals(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-}
 
 /* The runner: lock, sweep, summary.  `ready` (or -1) gets one byte once the lock is taken
  * or waited for, so that a detaching parent returns only when `hearth wait` can see the
@@ -70,7 +50,7 @@ static int runner(hcli_ctx *c, const cmd_run_opts *ro, int ready)
     }
     if (rc)
         return hcli_fail(c, rc, &err);
-    catch_stop_signals();
+    volatile sig_atomic_t *stop_requested = stop_signal_catch();
     /* submit (or resume) found the database a moment ago: a file missing now was deleted,
      * and opening would make an empty one that knows no runs. */
     int lost = access(c->db_path, F_OK) != 0;
@@ -89,7 +69,7 @@ static int runner(hcli_ctx *c, const cmd_run_opts *ro, int ready)
         so.jobs = (int)ro->jobs;
         so.progress = stderr;
         so.progress_tty = !ro->detached && isatty(2);
-        so.stop = &stop_requested;
+        so.stop = stop_requested;
         rc = sweep_run(db, b, &so, &res, &err);
     }
     if (rc && (lost || (db && db_file_lost(db)))) {
@@ -119,11 +99,11 @@ static int runner(hcli_ctx *c, const cmd_run_opts *ro, int ready)
     if (res.pending)
         printf(", %ld still pending", res.pending);
     printf(" (runs in %s)\n", ro->exp_dir);
-    if (res.interrupted || (stop_requested && res.pending))
+    if (res.interrupted || (*stop_requested && res.pending))
         printf("`hearth resume %s` continues the interrupted and pending runs\n",
                ro->experiment);
     fflush(stdout);
-    if (stop_requested)
+    if (*stop_requested)
         return HCLI_EXIT_FAILED;
     return res.failed || res.timeout || res.cancelled ? HCLI_EXIT_FAILED : HCLI_EXIT_OK;
 }

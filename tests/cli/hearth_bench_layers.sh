@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 . tests/cli/hearth_common.bash
 hearth_tmp bench_layers
 
-tap_plan 10
+tap_plan 11
 
 SETS=(--set model=tiny-vlm --set train.seq_len=64 --set data.images_min=1
       --set data.images_max=1 --set data.image_px_min=32 --set data.image_px_max=32)
@@ -60,6 +60,34 @@ bl_ok() {
     [ "$(sql "select count(*) from layer_bench where fp8_err is null")" = 0 ]
 }
 tap_check "bench layers --model tiny-vlm --device cpu: the trainer runs and its file is ingested" bl_ok
+
+# Ctrl-C while the benchmark's job runs: hearth cancels the job (its process group is
+# gone), says so, exits non-zero and records nothing.
+cat >slowbench.sh <<'EOF2'
+#!/bin/bash
+case " $* " in *" --help "*) echo "  --bench-layers  time each layer kind"; exit 0 ;; esac
+echo $$ >"$SLOW_PID"
+exec sleep 60
+EOF2
+chmod +x slowbench.sh
+sets_before=$(sql "select count(*) from layer_bench_sets")
+SLOW_PID="$T/slow.pid" "$HEARTH_ABS" --db "$T/h.db" bench layers --model tiny-vlm --device cpu \
+    --backend local --trainer "$T/slowbench.sh" >int.out 2>int.err &
+hpid=$!
+for ((i = 0; i < 500; i++)); do [ -s slow.pid ] && break; sleep 0.02; done
+kill -INT $hpid
+wait $hpid
+echo $? >int.rc
+int_ok() {
+    ! rc_is int 0 >/dev/null || { echo "exit 0 after the interrupt"; return 1; }
+    grep -q 'interrupted: cancelling job' int.err &&
+        grep -q 'was cancelled: hearth was interrupted; nothing was recorded' int.err ||
+        { cat int.err; return 1; }
+    local p; p=$(cat slow.pid 2>/dev/null)
+    [ -n "$p" ] && ! kill -0 "$p" 2>/dev/null || { echo "the job's process $p still runs"; return 1; }
+    [ "$(sql "select count(*) from layer_bench_sets")" = "$sets_before" ]
+}
+tap_check "bench layers interrupted (SIGINT): the job is cancelled, nothing is recorded" int_ok
 
 # Every speedup above 0.01: each kind in range of 256 tokens earns FP8 whatever the timing.
 run_h sel select fp8 --model tiny-vlm --seq 256 --threshold 0.01 --out pol.yaml

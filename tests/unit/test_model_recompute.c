@@ -36,9 +36,8 @@ typedef struct {
     size_t n, act_bytes;
 } grad_run;
 
-/* Forward+backward of b on a model of sh with the given recomputation per component. */
-static void run_one(model_shape sh, int enc_rec, int dec_rec, uint64_t seed,
-                    const tm_batch *tb, const tu_rng *prng, grad_run *out)
+/* A model of sh with the given recomputation per component. */
+static model *model_with_recompute(model_shape sh, int enc_rec, int dec_rec, uint64_t seed)
 {
     sh.encoder.s.recompute = enc_rec;
     sh.decoder.s.recompute = dec_rec;
@@ -46,6 +45,15 @@ static void run_one(model_shape sh, int enc_rec, int dec_rec, uint64_t seed,
     hearth_err err;
     if (model_create(&m, &sh, seed, &err))
         fail_msg("model_create: %s", err.msg);
+    return m;
+}
+
+/* Forward+backward of b on a model of sh with the given recomputation per component. */
+static void run_one(model_shape sh, int enc_rec, int dec_rec, uint64_t seed,
+                    const tm_batch *tb, const tu_rng *prng, grad_run *out)
+{
+    model *m = model_with_recompute(sh, enc_rec, dec_rec, seed);
+    hearth_err err;
     tu_rng r = *prng;   /* the same parameter perturbation for every run */
     tm_randomize_params(m, &r);
     model_zero_grad(m);
@@ -179,12 +187,8 @@ static void fp8_run_free(fp8_run *r)
 static void fp8_run_one(model_shape sh, int enc_rec, int dec_rec, int K, uint64_t seed,
                         const tm_batch *tb, const tu_rng *prng, fp8_run *out)
 {
-    sh.encoder.s.recompute = enc_rec;
-    sh.decoder.s.recompute = dec_rec;
-    model *m;
+    model *m = model_with_recompute(sh, enc_rec, dec_rec, seed);
     hearth_err err;
-    if (model_create(&m, &sh, seed, &err))
-        fail_msg("model_create: %s", err.msg);
     fp8_plan plan = { .all = 1, .history = FP8_HISTORY };
     if (model_set_fp8(m, &plan, &err))
         fail_msg("model_set_fp8: %s", err.msg);

@@ -110,12 +110,19 @@ static void check_shape(const model_shape *sh, tm_batch *tb, tu_rng *rng)
     free(none.grads);
 }
 
-static void check_preset(const char *name)
+/* The preset's shape (the test fails if it does not load). */
+static model_shape preset_shape(const char *name)
 {
     model_shape sh;
     hearth_err err;
     if (preset_load(&sh, name, &err))
         fail_msg("preset %s: %s", name, err.msg);
+    return sh;
+}
+
+static void check_preset(const char *name)
+{
+    model_shape sh = preset_shape(name);
     tu_rng rng = tu_rng_fresh_noted();
     static const int grids[] = { 1, 6, 4, 2, 2, 2 };
     static const int seqs[] = { 0, 0 };
@@ -285,10 +292,7 @@ static void fp8_check_shape(const model_shape *sh, const tm_batch *tb, int K, tu
 
 static void fp8_check_preset(const char *name, int K)
 {
-    model_shape sh;
-    hearth_err err;
-    if (preset_load(&sh, name, &err))
-        fail_msg("preset %s: %s", name, err.msg);
+    model_shape sh = preset_shape(name);
     tu_rng rng = tu_rng_fresh_noted();
     static const int grids[] = { 1, 6, 4, 2, 2, 2 };
     static const int seqs[] = { 0, 0 };

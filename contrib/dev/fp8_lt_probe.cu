@@ -2,7 +2,9 @@
  * for each (A, B, C, D types, beta, scale pointers, algorithm from the heuristic or not,
  * alignment preferences, shape) it prints the heuristic's status and count and then
  * cublasLtMatmul's status on zero operands, all TN as kernels/cuda/gemm_fp8.cu calls it.
- * A diagnostic for a GPU whose FP8 GEMM is refused (kcuda_matmul_fp8: NOT_SUPPORTED).
+ * A diagnostic for a GPU whose FP8 GEMM is refused (kcuda_matmul_fp8: NOT_SUPPORTED).  On an
+ * H100 with cuBLASLt 13.1 every case with A/B scale pointers set was refused and every case
+ * without them ran, which is why kcuda_matmul_fp8 passes the dequantisation as alpha.
  *   nvcc -O1 -gencode arch=compute_90a,code=sm_90a contrib/dev/fp8_lt_probe.cu \
  *        -o build/fp8_lt_probe -lcublasLt && build/fp8_lt_probe */
 #include <cublasLt.h>
@@ -19,7 +21,8 @@ int try_one(cublasLtHandle_t lt, void *ws, size_t wsb, cudaDataType_t ta_, cudaD
     cublasOperation_t T=CUBLAS_OP_T,N=CUBLAS_OP_N;
     cublasLtMatmulDescSetAttribute(op,CUBLASLT_MATMUL_DESC_TRANSA,&T,sizeof T);
     cublasLtMatmulDescSetAttribute(op,CUBLASLT_MATMUL_DESC_TRANSB,&N,sizeof N);
-    const float *sa=s,*sb=s+1;
+    float *s2=NULL; cudaMalloc(&s2,256); cudaMemcpy(s2,&one,4,cudaMemcpyHostToDevice);
+    const float *sa=s,*sb=setscale==2?s2:s+1; /* 2: each scale in an allocation of its own */
     if(setscale){cublasLtMatmulDescSetAttribute(op,CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,&sa,sizeof sa);cublasLtMatmulDescSetAttribute(op,CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,&sb,sizeof sb);}
     cublasLtMatrixLayout_t la,lb,lc,ld;
     cublasLtMatrixLayoutCreate(&la,ta_,k,m,k); cublasLtMatrixLayoutCreate(&lb,tb_,k,n,k); cublasLtMatrixLayoutCreate(&lc,tc,m,n,m); cublasLtMatrixLayoutCreate(&ld,td,m,n,m);
@@ -36,7 +39,7 @@ int try_one(cublasLtHandle_t lt, void *ws, size_t wsb, cudaDataType_t ta_, cudaD
     cublasLtMatrixLayoutDestroy(la); cublasLtMatrixLayoutDestroy(lb);
     cublasLtMatrixLayoutDestroy(lc); cublasLtMatrixLayoutDestroy(ld);
     cublasLtMatmulDescDestroy(op);
-    cudaFree(A);cudaFree(B);cudaFree(C);cudaFree(D);cudaFree(s);
+    cudaFree(A);cudaFree(B);cudaFree(C);cudaFree(D);cudaFree(s);cudaFree(s2);
     return 0;
 }
 int main(){
@@ -54,6 +57,13 @@ int main(){
     try_one(lt,ws,wsb,E4,E5,F,F,0,1,1,512,64,256,1);
     try_one(lt,ws,wsb,E4,E4,F,F,0,1,1,4096,4096,4096,1);
     try_one(lt,ws,wsb,E4,E4,BF,BF,1,1,1,4096,4096,4096,1);
+    try_one(lt,ws,wsb,E4,E4,F,F,0,2,1,512,64,256,1);
+    /* without scale pointers (kcuda_matmul_fp8 passes the dequantisation as alpha) */
+    try_one(lt,ws,wsb,E4,E4,F,F,1,0,1,512,64,256,1);
+    try_one(lt,ws,wsb,E5,E4,F,F,0,0,1,512,64,256,1);
+    try_one(lt,ws,wsb,E5,E4,F,F,1,0,1,512,64,256,1);
+    try_one(lt,ws,wsb,E4,E5,F,F,1,0,1,512,64,256,1);
+    try_one(lt,ws,wsb,E4,E4,F,F,1,0,1,4096,4096,4096,1);
     cudaFree(ws);
     cublasLtDestroy(lt);
     return 0;

@@ -7,15 +7,20 @@
  *   out^T[C, R] = op_T(A = b, column-major [Kd, C]) . (B = a, column-major [Kd, R])
  * with m = C, n = R, k = Kd, lda = ldb = Kd, ldc = C; A's scale is b's, B's is a's.
  *
- * Types.  D = alpha * scale_A * scale_B * op(A) op(B) + beta * C, compute 32F, fp32 C
- * and D: cuBLASLt's FP8 table pairs fp32 C/D with any FP8 A/B except E5M2 x E5M2 (its
+ * Types.  D = alpha * op(A) op(B) + beta * C, compute 32F, fp32 C and D: cuBLASLt's FP8 table pairs fp32 C/D with any FP8 A/B except E5M2 x E5M2 (its
  * fp32-output bias epilogue wants a bf16 bias, so biases are added by the caller).
  * FAST_ACCUM stays off: cuBLASLt then promotes the tensor cores' partial sums into fp32
  * at short intervals, which keeps the products close to the fp32 emulation's.
  *
+ * Scales.  The dequantisation factors (1/scale of each operand) enter as alpha, their
+ * product, a host float: the operands are per-tensor scaled, so alpha * op(A) op(B) is
+ * the product cuBLASLt's A/B scale pointers would give, and the CUDA 13 cuBLASLt on
+ * an H100 (13.1) finds an algorithm with those pointers set and then refuses to run it
+ * (NOT_SUPPORTED; contrib/dev/fp8_lt_probe.cu shows it) while it runs the same GEMM
+ * without them.
+ *
  * Descriptors and the chosen algorithm are cached in the context's GEMM cache (gemm.cu)
- * under dtypes of their own; the scale pointers are set on every call (they point into
- * a caller's scratch that moves). */
+ * under dtypes of their own. */
 #include "cuda/kcuda_fp8.cuh"
 #include "cuda/kcuda_internal.h"
 
@@ -40,7 +45,7 @@ enum { DT_FP8 = 16 };
 #define QT_TILE 32
 #define QT_ROWS 8
 
-__global__ void fp8_quantise_kernel(uint8_t *q, uint8_t *qt, float *dscale, const float *x,
+__global__ void fp8_quantise_kernel(uint8_t *q, uint8_t *qt, const float *x,
                                     int rows, int cols, float scale, kcuda_fp8_fmt F)
 {
     __shared__ uint8_t tile[QT_TILE][QT_TILE + 4]; /* +4: a row stride of 9 words, no conflicts */
@@ -59,8 +64,6 @@ __global__ void fp8_quantise_kernel(uint8_t *q, uint8_t *qt, float *dscale, cons
             tile[j][threadIdx.x] = code;
         }
     }
-    if (dscale && (blockIdx.x | blockIdx.y | threadIdx.x | threadIdx.y) == 0)
-        *dscale = __frcp_rn(scale);
     if (!qt) /* the same for the whole block: no thread waits below alone */
         return;
     __syncthreads();
@@ -72,8 +75,8 @@ __global__ void fp8_quantise_kernel(uint8_t *q, uint8_t *qt, float *dscale, cons
     }
 }
 
-extern "C" int kcuda_fp8_quantise(kcuda_ctx *ctx, uint8_t *q, uint8_t *qt, float *dscale,
-                                  const float *x, int rows, int cols, float scale, int fmt)
+extern "C" int kcuda_fp8_quantise(kcuda_ctx *ctx, uint8_t *q, uint8_t *qt, const float *x,
+                                  int rows, int cols, float scale, int fmt)
 {
     if (rows <= 0 || cols <= 0 || (fmt != KCUDA_FP8_E4M3 && fmt != KCUDA_FP8_E5M2))
         return kcuda_fail(ctx, KCUDA_EARG, "kcuda_fp8_quantise: bad arguments rows=%d "
@@ -83,7 +86,7 @@ extern "C" int kcuda_fp8_quantise(kcuda_ctx *ctx, uint8_t *q, uint8_t *qt, float
         return kcuda_fail(ctx, KCUDA_EARG, "kcuda_fp8_quantise: %d columns are too many",
                           cols);
     dim3 grid((unsigned)((rows + QT_TILE - 1) / QT_TILE), ct), block(QT_TILE, QT_ROWS);
-    fp8_quantise_kernel<<<grid, block, 0, ctx->stream>>>(q, qt, dscale, x, rows, cols, scale,
+    fp8_quantise_kernel<<<grid, block, 0, ctx->stream>>>(q, qt, x, rows, cols, scale,
                                                          kcuda_fp8_fmt_of(fmt));
     return kcuda_check_launch(ctx, "fp8_quantise_kernel");
 }
@@ -117,32 +120,25 @@ static struct kcuda_gemm_key fp8_key(int fa, int fb, int R, int C, int Kd, int a
     return key;
 }
 
-/* Sets the per-call scale pointers on op and runs it. */
+/* Runs op: out = alpha * (b . a^T) (+ out when beta is 1), column-major words. */
 static int fp8_run(kcuda_ctx *ctx, cublasLtMatmulDesc_t op, const cublasLtMatmulAlgo_t *algo,
                    cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
                    cublasLtMatrixLayout_t lc, float *out, const uint8_t *a, const uint8_t *b,
-                   const float *sa, const float *sb, float beta)
+                   float alpha, float beta)
 {
-    int rc = KCUDA_OK;
-    float alpha = 1.0f;
-    LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sb,
-                                      sizeof sb), "set A_SCALE_POINTER");
-    LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa,
-                                      sizeof sa), "set B_SCALE_POINTER");
-    {
-        /* Some cuBLASLt builds offer an algorithm for the FP8 types and then refuse to run
-         * it (NOT_SUPPORTED, nothing launched): that is "no FP8 GEMM here" as well, so the
-         * caller's emulation runs instead of the step failing. */
-        cublasStatus_t s = cublasLtMatmul(ctx->lt, op, &alpha, b, la, a, lb, &beta, out, lc,
-                                          out, lc, algo, ctx->workspace, ctx->workspace_bytes,
-                                          ctx->stream);
-        if (s == CUBLAS_STATUS_NOT_SUPPORTED)
-            return kcuda_fail(ctx, KCUDA_ENOALGO, "kcuda_matmul_fp8: cublasLtMatmul: %s",
-                              cublasLtGetStatusString(s));
-        LT(s, "cublasLtMatmul");
-    }
-done:
-    return rc;
+    /* Some cuBLASLt builds offer an algorithm and then refuse to run it (NOT_SUPPORTED,
+     * nothing launched): that is "no FP8 GEMM here" as well, so the caller's emulation
+     * runs instead of the step failing. */
+    cublasStatus_t s = cublasLtMatmul(ctx->lt, op, &alpha, b, la, a, lb, &beta, out, lc, out,
+                                      lc, algo, ctx->workspace, ctx->workspace_bytes,
+                                      ctx->stream);
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED)
+        return kcuda_fail(ctx, KCUDA_ENOALGO, "kcuda_matmul_fp8: cublasLtMatmul: %s",
+                          cublasLtGetStatusString(s));
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return kcuda_fail(ctx, KCUDA_ECUBLAS, "kcuda_matmul_fp8: cublasLtMatmul: %s",
+                          cublasLtGetStatusString(s));
+    return KCUDA_OK;
 }
 
 /* cuBLASLt's choice for op over the layouts: 0, or KCUDA_ENOALGO when it has none (no
@@ -173,14 +169,14 @@ done:
 }
 
 extern "C" int kcuda_matmul_fp8(kcuda_ctx *ctx, float *out, const uint8_t *a, int fa,
-                                const uint8_t *b, int fb, const float *sa, const float *sb,
-                                int R, int C, int Kd, int accumulate)
+                                const uint8_t *b, int fb, float alpha, int R, int C, int Kd,
+                                int accumulate)
 {
     int rc = KCUDA_OK;
     char shape[96];
     snprintf(shape, sizeof shape, "out[%d, %d] over %d (formats %d, %d)", R, C, Kd, fa, fb);
     if ((fa != KCUDA_FP8_E4M3 && fa != KCUDA_FP8_E5M2) ||
-        (fb != KCUDA_FP8_E4M3 && fb != KCUDA_FP8_E5M2) || !a || !b || !sa || !sb)
+        (fb != KCUDA_FP8_E4M3 && fb != KCUDA_FP8_E5M2) || !a || !b)
         return kcuda_fail(ctx, KCUDA_EARG, "kcuda_matmul_fp8: bad arguments for %s", shape);
     if (!kcuda_matmul_fp8_fits(out, R, C, Kd) || (fa == KCUDA_FP8_E5M2 && fb == fa) ||
         ((uintptr_t)a | (uintptr_t)b) % 16)
@@ -193,7 +189,7 @@ extern "C" int kcuda_matmul_fp8(kcuda_ctx *ctx, float *out, const uint8_t *a, in
     if (slot && slot->used) {
         ctx->cache_hits++;
         return fp8_run(ctx, slot->op, &slot->algo, slot->la, slot->lb, slot->lc, out, a, b,
-                       sa, sb, beta);
+                       alpha, beta);
     }
     ctx->cache_misses++;
     cublasLtMatmulDesc_t op = NULL;
@@ -205,11 +201,6 @@ extern "C" int kcuda_matmul_fp8(kcuda_ctx *ctx, float *out, const uint8_t *a, in
        "set TRANSA");
     LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
        "set TRANSB");
-    /* the heuristic wants the scale pointers set (their values are read at run time) */
-    LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sb,
-                                      sizeof sb), "set A_SCALE_POINTER");
-    LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa,
-                                      sizeof sa), "set B_SCALE_POINTER");
     LT(cublasLtMatrixLayoutCreate(&la, fp8_type(fb), Kd, C, Kd), "layout A");
     LT(cublasLtMatrixLayoutCreate(&lb, fp8_type(fa), Kd, R, Kd), "layout B");
     LT(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, C, R, C), "layout C");
@@ -217,10 +208,10 @@ extern "C" int kcuda_matmul_fp8(kcuda_ctx *ctx, float *out, const uint8_t *a, in
         goto done;
     if (slot) { /* the entry takes the descriptors over */
         kcuda_gemm_cache_fill(ctx, slot, &key, &res.algo, &op, &la, &lb, &lc);
-        rc = fp8_run(ctx, slot->op, &slot->algo, slot->la, slot->lb, slot->lc, out, a, b, sa,
-                     sb, beta);
+        rc = fp8_run(ctx, slot->op, &slot->algo, slot->la, slot->lb, slot->lc, out, a, b,
+                     alpha, beta);
     } else { /* table full: the answer used once, uncached */
-        rc = fp8_run(ctx, op, &res.algo, la, lb, lc, out, a, b, sa, sb, beta);
+        rc = fp8_run(ctx, op, &res.algo, la, lb, lc, out, a, b, alpha, beta);
     }
 done:
     if (lc)

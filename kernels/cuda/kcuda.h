@@ -419,20 +419,17 @@ enum { KCUDA_FP8_E4M3 = 0, KCUDA_FP8_E5M2 = 1 };
  * nearest even, finite values beyond max saturated, NaN kept with its sign, inf to E5M2
  * inf or E4M3 NaN).  q (may be NULL): the codes row-major [rows, cols]; qt (may be NULL):
  * the transpose [cols, rows], the copy a product reducing over the rows needs (FP8 GEMMs
- * want both operands K-major).  dscale (may be NULL): the device float 1 / scale, the
- * dequantisation factor the GEMM below reads, written by the kernel itself (no host
- * copy in the stream). */
-int kcuda_fp8_quantise(kcuda_ctx *ctx, uint8_t *q, uint8_t *qt, float *dscale,
-                       const float *x, int rows, int cols, float scale, int fmt);
-/* out[R, C] = (a[R, Kd] . b[C, Kd]^T) * (*sa) * (*sb), or += that when accumulate: FP8
- * codes a (format fa) and b (fb), both row-major with the reduction dimension Kd
- * contiguous (cuBLASLt's "TN", the one FP8 layout of Hopper), fp32 accumulation and fp32
- * out; sa, sb are DEVICE floats (kcuda_fp8_quantise's dscale).  Not both E5M2 (cuBLASLt
- * has no such kernel).  KCUDA_ENOALGO having done nothing when kcuda_matmul_fp8_fits says
+ * want both operands K-major). */
+int kcuda_fp8_quantise(kcuda_ctx *ctx, uint8_t *q, uint8_t *qt, const float *x, int rows,
+                       int cols, float scale, int fmt);
+/* out[R, C] = (a[R, Kd] . b[C, Kd]^T) * alpha, or += that when accumulate: FP8 codes a
+ * (format fa) and b (fb), both row-major with the reduction dimension Kd contiguous
+ * (cuBLASLt's "TN", the one FP8 layout of Hopper), fp32 accumulation and fp32 out; alpha
+ * is the product of the operands' dequantisation factors (1/scale each).  Not both E5M2
+ * (cuBLASLt has no such kernel).  KCUDA_ENOALGO having done nothing when kcuda_matmul_fp8_fits says
  * no, or cuBLASLt has no algorithm (a GPU before sm_89). */
 int kcuda_matmul_fp8(kcuda_ctx *ctx, float *out, const uint8_t *a, int fa, const uint8_t *b,
-                     int fb, const float *sa, const float *sb, int R, int C, int Kd,
-                     int accumulate);
+                     int fb, float alpha, int R, int C, int Kd, int accumulate);
 /* Whether cuBLASLt's FP8 kernels take this product: R, C and Kd multiples of 16 (the
  * operands' rows 16-byte multiples, as their tensor cores need) and out 16-byte aligned
  * (the FP8 operands this library quantises into its own buffers are). */

@@ -6,8 +6,8 @@
  *   backward: qd = Q(dy, sd), its transpose qdT, and the transposes qwT = Q4(w)^T,
  *             qxT = Q4(x)^T (the FP8 GEMM reduces over K-major operands only)
  *             dinp += (qd . qwT^T) / sd / sw;   dw += (qdT . qxT^T) / sd / sx
- * The dequantisation factors 1/s are device floats written by the quantise kernels, so
- * no host copy enters the stream.  The FP8 copies live in the device scratch: one byte
+ * The dequantisation factors 1/s are the GEMM's alpha (the scales are the host's: no
+ * copy enters the stream).  The FP8 copies live in the device scratch: one byte
  * per element, a quarter of the emulation's fp32 copies.
  *
  * Shapes.  cuBLASLt's FP8 kernels want every dimension a multiple of 16 (16-byte rows of
@@ -20,12 +20,11 @@
 static_assert((int)KFP8_E4M3 == KCUDA_FP8_E4M3 && (int)KFP8_E5M2 == KCUDA_FP8_E5M2,
               "kcuda numbers the FP8 formats as kernels.h");
 
-/* n byte buffers of count[i] bytes (0: NULL) and 4 floats, carved from the device
- * scratch at 256-byte boundaries (cuBLASLt wants 16). */
-static int carve(kdev *d, uint8_t **b, const size_t *count, int n, float **scales,
-                 const char *op)
+/* n byte buffers of count[i] bytes (0: NULL), carved from the device scratch at 256-byte
+ * boundaries (cuBLASLt wants 16). */
+static int carve(kdev *d, uint8_t **b, const size_t *count, int n, const char *op)
 {
-    size_t total = cuda_align256(4 * sizeof(float));
+    size_t total = 0;
     for (int i = 0; i < n; i++)
         total += cuda_align256(count[i]);
     void *p;
@@ -33,8 +32,6 @@ static int carve(kdev *d, uint8_t **b, const size_t *count, int n, float **scale
     if (rc)
         return rc;
     uint8_t *at = (uint8_t *)p;
-    *scales = (float *)at;
-    at += cuda_align256(4 * sizeof(float));
     for (int i = 0; i < n; i++) {
         b[i] = count[i] ? at : NULL;
         at += cuda_align256(count[i]);
@@ -42,11 +39,11 @@ static int carve(kdev *d, uint8_t **b, const size_t *count, int n, float **scale
     return 0;
 }
 
-static int quantise(kdev *d, uint8_t *q, uint8_t *qt, float *dscale, const float *x,
-                    int rows, int cols, float scale, kfp8_format f, const char *op)
+static int quantise(kdev *d, uint8_t *q, uint8_t *qt, const float *x, int rows, int cols,
+                    float scale, kfp8_format f, const char *op)
 {
-    return cuda_kc(d, kcuda_fp8_quantise(cuda_st(d)->k, q, qt, dscale, x, rows, cols, scale,
-                                         (int)f), op);
+    return cuda_kc(d, kcuda_fp8_quantise(cuda_st(d)->k, q, qt, x, rows, cols, scale, (int)f),
+                   op);
 }
 
 int cuda_fp8_matmul_forward(kdev *d, float *ws, float *out, const float *inp, const float *w,
@@ -58,16 +55,15 @@ int cuda_fp8_matmul_forward(kdev *d, float *ws, float *out, const float *inp, co
         return HERR_NOALGO;
     size_t count[2] = { (size_t)M * K, (size_t)N * K };
     uint8_t *b[2];   /* qx, qw */
-    float *s;        /* 1/sx, 1/sw */
-    int rc = carve(d, b, count, 2, &s, op);
+    int rc = carve(d, b, count, 2, op);
     if (!rc)
-        rc = quantise(d, b[0], NULL, &s[0], inp, M, K, sx, KFP8_E4M3, op);
+        rc = quantise(d, b[0], NULL, inp, M, K, sx, KFP8_E4M3, op);
     if (!rc)
-        rc = quantise(d, b[1], NULL, &s[1], w, N, K, sw, KFP8_E4M3, op);
+        rc = quantise(d, b[1], NULL, w, N, K, sw, KFP8_E4M3, op);
     if (rc)
         return rc;
     rc = kcuda_matmul_fp8(cuda_st(d)->k, out, b[0], KCUDA_FP8_E4M3, b[1], KCUDA_FP8_E4M3,
-                          &s[0], &s[1], M, N, K, 0);
+                          (1.0f / sx) * (1.0f / sw), M, N, K, 0);
     if (rc == KCUDA_ENOALGO)   /* out untouched: the emulation runs instead */
         return HERR_NOALGO;
     if ((rc = cuda_kc(d, rc, op)))
@@ -91,28 +87,27 @@ int cuda_fp8_matmul_backward(kdev *d, float *ws, float *dinp, float *dw, const f
     size_t count[4] = { dinp ? (size_t)M * N : 0, dw ? (size_t)N * M : 0,
                         dinp ? (size_t)K * N : 0, dw ? (size_t)K * M : 0 };
     uint8_t *b[4];   /* qd, qdT, qwT, qxT */
-    float *s;        /* 1/sd, 1/sw, 1/sx */
-    int rc = carve(d, b, count, 4, &s, op);
+    int rc = carve(d, b, count, 4, op);
     if (!rc)   /* dy read once for both of its copies */
-        rc = quantise(d, b[0], b[1], &s[0], dout, M, N, sd, fd, op);
+        rc = quantise(d, b[0], b[1], dout, M, N, sd, fd, op);
     if (!rc && dinp)
-        rc = quantise(d, NULL, b[2], &s[1], w, N, K, sw, KFP8_E4M3, op);
+        rc = quantise(d, NULL, b[2], w, N, K, sw, KFP8_E4M3, op);
     if (!rc && dw)
-        rc = quantise(d, NULL, b[3], &s[2], inp, M, K, sx, KFP8_E4M3, op);
+        rc = quantise(d, NULL, b[3], inp, M, K, sx, KFP8_E4M3, op);
     if (rc)
         return rc;
     kcuda_ctx *k = cuda_st(d)->k;
     if (dinp) {
-        rc = kcuda_matmul_fp8(k, dinp, b[0], (int)fd, b[2], KCUDA_FP8_E4M3, &s[0], &s[1], M,
-                              K, N, 1);
+        rc = kcuda_matmul_fp8(k, dinp, b[0], (int)fd, b[2], KCUDA_FP8_E4M3,
+                              (1.0f / sd) * (1.0f / sw), M, K, N, 1);
         if (rc == KCUDA_ENOALGO)   /* nothing accumulated yet: the emulation instead */
             return HERR_NOALGO;
         if ((rc = cuda_kc(d, rc, op)))
             return rc;
     }
     if (dw) {
-        rc = kcuda_matmul_fp8(k, dw, b[1], (int)fd, b[3], KCUDA_FP8_E4M3, &s[0], &s[2], N, K,
-                              M, 1);
+        rc = kcuda_matmul_fp8(k, dw, b[1], (int)fd, b[3], KCUDA_FP8_E4M3,
+                              (1.0f / sd) * (1.0f / sx), N, K, M, 1);
         if (rc == KCUDA_ENOALGO && !dinp)
             return HERR_NOALGO;
         if (rc == KCUDA_ENOALGO)   /* dinp is accumulated: a fallback would add it twice */

@@ -59,6 +59,17 @@ int kcuda_fail(kcuda_ctx *ctx, int code, const char *fmt, ...)
 /* Checks the last launch error; returns 0 or KCUDA_ECUDA with a message naming `what`. */
 int kcuda_check_launch(kcuda_ctx *ctx, const char *what);
 
+/* The LayerNorm (mean given) or RMSNorm (mean NULL) backward (norm_backward.cu): dinp
+ * (may be NULL) += the input gradient, dweight/dbias (may be NULL) += the column sums;
+ * the context workspace holds the blocks' sums.  fn names the caller in errors. */
+int kcuda_norm_backward_f32(kcuda_ctx *ctx, float *dinp, float *dweight, float *dbias,
+                            const float *dout, const float *inp, const float *weight,
+                            const float *mean, const float *rstd, int N, int C, const char *fn);
+int kcuda_norm_backward_bf16(kcuda_ctx *ctx, kcuda_bf16 *dinp, float *dweight, float *dbias,
+                             const kcuda_bf16 *dout, const kcuda_bf16 *inp,
+                             const kcuda_bf16 *weight, const float *mean, const float *rstd,
+                             int N, int C, const char *fn);
+
 /* Block-wide sum of one float per thread (blockDim.x a multiple of 32, <= 1024).
  * Every thread gets the total.  Uses 33 floats of shared memory. */
 __device__ __forceinline__ float kcuda_block_sum(float v)

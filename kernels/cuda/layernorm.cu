@@ -1,8 +1,6 @@
 /* layernorm.cu - LayerNorm forward/backward and the fused residual-add + norm forwards
  * (RMSNorm and LayerNorm), bf16 or fp32 storage, fp32 arithmetic and row statistics.
- * One block per row for the row-wise parts.  The weight/bias gradients are column sums
- * over all rows: fixed chunks of rows write double partials into the context workspace,
- * then one thread per column adds the chunks in order (deterministic, no atomics). */
+ * One block per row; the backward is norm_backward.cu's. */
 #include "cuda/kcuda_internal.h"
 
 /* One thread per W-element group up to 256 (a multiple of 32, as kcuda_block_sum needs):
@@ -143,97 +141,6 @@ __global__ void residual_rmsnorm_fwd_kernel(T *out, T *sum, float *rstd, const T
         rstd[blockIdx.x] = rs;
 }
 
-/* ---- backward ------------------------------------------------------------------ */
-
-/* g = dy w, xhat = (x - mean) r:  dx += r (g - mean(g) - xhat mean(g xhat)) */
-template <typename T, int W>
-__global__ void layernorm_bwd_dinp_kernel(T *dinp, const T *dout, const T *inp,
-                                          const T *weight, const float *mean,
-                                          const float *rstd, int C)
-{
-    size_t off = (size_t)blockIdx.x * C;
-    const T *x = inp + off, *dy = dout + off;
-    T *dx = dinp + off;
-    float mu = mean[blockIdx.x], r = rstd[blockIdx.x], sg = 0.0f, sgx = 0.0f;
-    ROW_LOOP(c) {
-        float a[W], g[W], w[W];
-        kcuda_ldw<W>(a, x + c);
-        kcuda_ldw<W>(g, dy + c);
-        kcuda_ldw<W>(w, weight + c);
-#pragma unroll
-        for (int j = 0; j < W; j++) {
-            float gj = g[j] * w[j];
-            sg += gj;
-            sgx += gj * ((a[j] - mu) * r);
-        }
-    }
-    sg = kcuda_block_sum(sg) / (float)C;
-    sgx = kcuda_block_sum(sgx) / (float)C;
-    ROW_LOOP(c) {
-        float a[W], g[W], w[W], d[W];
-        kcuda_ldw<W>(a, x + c);
-        kcuda_ldw<W>(g, dy + c);
-        kcuda_ldw<W>(w, weight + c);
-        kcuda_ldw<W>(d, dx + c);
-#pragma unroll
-        for (int j = 0; j < W; j++)
-            d[j] += r * (g[j] * w[j] - sg - (a[j] - mu) * r * sgx);
-        kcuda_stw<W>(dx + c, d);
-    }
-}
-
-#define COL_THREADS 256
-#define CHUNK_ROWS 64
-#define MAX_CHUNKS 64
-
-/* Column sums over rows [chunk * rows, ...) in row order, one thread per column.  With
- * partials (pw, pb: [chunks, C] doubles) the chunk's sums go there; without, they are
- * added to dweight/dbias directly (the single-chunk case). */
-template <typename T>
-__global__ void layernorm_bwd_cols_kernel(double *pw, double *pb, float *dweight, float *dbias,
-                                          const T *dout, const T *inp, const float *mean,
-                                          const float *rstd, int N, int C, int rows)
-{
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C)
-        return;
-    int i0 = blockIdx.y * rows, i1 = i0 + rows < N ? i0 + rows : N;
-    double aw = 0.0, ab = 0.0;
-    for (int i = i0; i < i1; i++) {
-        size_t o = (size_t)i * C + c;
-        float dy = kcuda_ld(dout + o);
-        aw += (double)(dy * ((kcuda_ld(inp + o) - mean[i]) * rstd[i]));
-        ab += (double)dy;
-    }
-    if (pw) {
-        size_t o = (size_t)blockIdx.y * C + c;
-        pw[o] = aw;
-        pb[o] = ab;
-        return;
-    }
-    if (dweight)
-        dweight[c] += (float)aw;
-    if (dbias)
-        dbias[c] += (float)ab;
-}
-
-__global__ void layernorm_bwd_reduce_kernel(float *dweight, float *dbias, const double *pw,
-                                            const double *pb, int chunks, int C)
-{
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C)
-        return;
-    double aw = 0.0, ab = 0.0;
-    for (int k = 0; k < chunks; k++) {
-        aw += pw[(size_t)k * C + c];
-        ab += pb[(size_t)k * C + c];
-    }
-    if (dweight)
-        dweight[c] += (float)aw;
-    if (dbias)
-        dbias[c] += (float)ab;
-}
-
 /* ---- host side ------------------------------------------------------------------ */
 
 static int bad_shape(kcuda_ctx *ctx, const char *fn, int N, int C)
@@ -254,47 +161,6 @@ static int ln_fwd(kcuda_ctx *ctx, T *out, float *mean, float *rstd, const T *inp
     return kcuda_check_launch(ctx, "layernorm_fwd_kernel");
 }
 
-template <typename T>
-static int ln_bwd(kcuda_ctx *ctx, T *dinp, float *dweight, float *dbias, const T *dout,
-                  const T *inp, const T *weight, const float *mean, const float *rstd, int N,
-                  int C)
-{
-    int rc;
-    if (N <= 0 || C <= 0)
-        return bad_shape(ctx, "kcuda_layernorm_backward", N, C);
-    if (!dout || !inp || !weight || !mean || !rstd)
-        return kcuda_fail(ctx, KCUDA_EARG, "kcuda_layernorm_backward: NULL tensor");
-    if (dinp) {
-        LAUNCH_ROWS(layernorm_bwd_dinp_kernel, kcuda_vec_ok<T>(C, dinp, dout, inp, weight), N,
-                    C, dinp, dout, inp, weight, mean, rstd, C);
-        if ((rc = kcuda_check_launch(ctx, "layernorm_bwd_dinp_kernel")) < 0)
-            return rc;
-    }
-    if (!dweight && !dbias)
-        return KCUDA_OK;
-    int chunks = (N + CHUNK_ROWS - 1) / CHUNK_ROWS;
-    if (chunks > MAX_CHUNKS)
-        chunks = MAX_CHUNKS;
-    int rows = (N + chunks - 1) / chunks;
-    size_t need = 2 * sizeof(double) * (size_t)C * (size_t)chunks;
-    double *pw = NULL, *pb = NULL;
-    if (chunks > 1 && need <= ctx->workspace_bytes) {
-        pw = (double *)ctx->workspace;
-        pb = pw + (size_t)C * chunks;
-    } else {
-        chunks = 1; /* one pass straight into the gradients */
-        rows = N;
-    }
-    dim3 grid((C + COL_THREADS - 1) / COL_THREADS, chunks);
-    layernorm_bwd_cols_kernel<T><<<grid, COL_THREADS, 0, ctx->stream>>>(
-        pw, pb, dweight, dbias, dout, inp, mean, rstd, N, C, rows);
-    if ((rc = kcuda_check_launch(ctx, "layernorm_bwd_cols_kernel")) < 0 || !pw)
-        return rc;
-    layernorm_bwd_reduce_kernel<<<grid.x, COL_THREADS, 0, ctx->stream>>>(dweight, dbias, pw, pb,
-                                                                         chunks, C);
-    return kcuda_check_launch(ctx, "layernorm_bwd_reduce_kernel");
-}
-
 typedef __nv_bfloat16 bf;
 
 extern "C" int kcuda_layernorm_forward_bf16(kcuda_ctx *ctx, kcuda_bf16 *out, float *mean,
@@ -311,8 +177,10 @@ extern "C" int kcuda_layernorm_backward_bf16(kcuda_ctx *ctx, kcuda_bf16 *dinp, f
                                              const kcuda_bf16 *inp, const kcuda_bf16 *weight,
                                              const float *mean, const float *rstd, int N, int C)
 {
-    return ln_bwd<bf>(ctx, (bf *)dinp, dweight, dbias, (const bf *)dout, (const bf *)inp,
-                      (const bf *)weight, mean, rstd, N, C);
+    if (!mean)
+        return kcuda_fail(ctx, KCUDA_EARG, "kcuda_layernorm_backward: NULL tensor");
+    return kcuda_norm_backward_bf16(ctx, dinp, dweight, dbias, dout, inp, weight, mean, rstd,
+                                    N, C, "kcuda_layernorm_backward");
 }
 
 extern "C" int kcuda_layernorm_forward_f32(kcuda_ctx *ctx, float *out, float *mean, float *rstd,
@@ -327,7 +195,10 @@ extern "C" int kcuda_layernorm_backward_f32(kcuda_ctx *ctx, float *dinp, float *
                                             const float *weight, const float *mean,
                                             const float *rstd, int N, int C)
 {
-    return ln_bwd<float>(ctx, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    if (!mean)
+        return kcuda_fail(ctx, KCUDA_EARG, "kcuda_layernorm_backward: NULL tensor");
+    return kcuda_norm_backward_f32(ctx, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N,
+                                   C, "kcuda_layernorm_backward");
 }
 
 extern "C" int kcuda_residual_rmsnorm_forward_bf16(kcuda_ctx *ctx, kcuda_bf16 *out,

@@ -98,8 +98,10 @@ static int rc_ok(struct tctx *t, int rc, const char *what)
 
 /* ---- LayerNorm ------------------------------------------------------------------- */
 
+/* 3000 rows: more than the backward's grid, so its blocks take several rows each; 9000
+ * columns: more than 256 threads x 8 groups, so its blocks are wider */
 static const int norm_shapes[][2] = {{67, 256}, {130, 2048}, {1, 1000}, {5, 77}, {1, 1},
-                                     {200, 300}};
+                                     {200, 300}, {3000, 768}, {5, 9000}};
 
 static int t_layernorm(struct tctx *t, int bf16)
 {

@@ -278,7 +278,9 @@ static int t_gemm_cache(struct tctx *t)
 
 static int t_rmsnorm(struct tctx *t, int bf16)
 {
-    static const int shapes[][2] = {{67, 256}, {33, 2048}, {5, 1000}};
+    /* 2500 x 128: qk_norm's many short rows, more than the backward's grid; 9000: wider
+     * than 256 threads x 8 groups */
+    static const int shapes[][2] = {{67, 256}, {33, 2048}, {5, 1000}, {2500, 128}, {4, 9000}};
     int fail = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int N = shapes[s][0], C = shapes[s][1];

@@ -639,7 +639,13 @@ int kdev_moe_unpermute_backward(kdev *d, float *dexpert_out, float *dtopk_w,
 int kdev_amax(kdev *d, float *amax, const float *x, size_t n)
 {
     MARK(d, "amax");
-    return note(d, d->ops->amax(d, amax, x, n));
+    return note(d, d->ops->amax(d, amax, x, n, 0));
+}
+
+int kdev_amax_dev(kdev *d, float *amax_dev, const float *x, size_t n)
+{
+    MARK(d, "amax");
+    return note(d, d->ops->amax(d, amax_dev, x, n, 1));
 }
 
 int kdev_fp8_qdq(kdev *d, float *out, const float *x, size_t n, float scale, kfp8_format f)

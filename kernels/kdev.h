@@ -247,8 +247,11 @@ int kdev_moe_unpermute_backward(kdev *d, float *dexpert_out, float *dtopk_w, con
                                 const int *slot_row, int N, int K, int C);
 
 /* ---- FP8 emulation (kernels.h) ----------------------------------------------------------
- * amax: *amax (a HOST float) = kcpu_amax(x, n); waits for the stream. */
+ * amax: *amax (a HOST float) = kcpu_amax(x, n); waits for the stream.
+ * amax_dev: the same into a DEVICE float (kdev_alloc'd), in stream order: no wait, so
+ * a caller that needs the value only later reads many with one kdev_download. */
 int kdev_amax(kdev *d, float *amax, const float *x, size_t n);
+int kdev_amax_dev(kdev *d, float *amax_dev, const float *x, size_t n);
 int kdev_fp8_qdq(kdev *d, float *out, const float *x, size_t n, float scale, kfp8_format f);
 
 /* ---- FP8 GEMMs --------------------------------------------------------------------------

@@ -27,7 +27,7 @@ extern "C" {
 #define KDEV_CUDA_ENTRY_NAME "hearth_kdev_cuda_ops"
 /* Bumped whenever kdev_ops or struct kdev changes: a library of another version is
  * refused rather than called through a table of another layout. */
-#define KDEV_ABI 9
+#define KDEV_ABI 10
 
 struct kdev {
     const kdev_ops *ops;
@@ -156,7 +156,8 @@ struct kdev_ops {
                                   const float *topk_w, const int *slot_row, int N, int K,
                                   int C);
 
-    int (*amax)(kdev *d, float *amax, const float *x, size_t n);
+    /* to_device: amax is a device float, written in stream order (no wait) */
+    int (*amax)(kdev *d, float *amax, const float *x, size_t n, int to_device);
     int (*fp8_qdq)(kdev *d, float *out, const float *x, size_t n, float scale,
                    kfp8_format f);
     /* As head_ce: HERR_NOALGO having done nothing where the backend has no FP8 GEMM for

@@ -518,9 +518,10 @@ static int cpu_moe_unpermute_backward(kdev *d, float *dexpert_out, float *dtopk_
     return 0;
 }
 
-static int cpu_amax(kdev *d, float *amax, const float *x, size_t n)
+static int cpu_amax(kdev *d, float *amax, const float *x, size_t n, int to_device)
 {
     (void)d;
+    (void)to_device;   /* the cpu's device memory is the host's */
     *amax = kcpu_amax(x, n);
     return 0;
 }

@@ -1,5 +1,5 @@
 /* kdev_cuda_fp8.cu - FP8 emulation on the device: amax (reduced on the device, read back
- * to a host float) and the quantise-dequantise of kernels/cpu/fp8.c, ported operation for
+ * to a host float or left in a device float) and the quantise-dequantise of kernels/cpu/fp8.c, ported operation for
  * operation (kcuda_fp8.cuh), so that every finite result has the cpu backend's bits.  NaN
  * results are NaN on both, though their payload may differ (the GPU returns the canonical
  * NaN). */
@@ -58,9 +58,11 @@ __global__ void cuda_amax_final_kernel(float *out, const float *part, int nparts
     cuda_amax_block(m, nan, out);
 }
 
-int cuda_amax(kdev *d, float *amax, const float *x, size_t n)
+int cuda_amax(kdev *d, float *amax, const float *x, size_t n, int to_device)
 {
     static const char op[] = "amax";
+    if (!n && to_device)
+        return cuda_err(d, cudaMemsetAsync(amax, 0, sizeof *amax, cuda_stream(d)), op);
     if (!n) {
         *amax = 0.0f;
         return 0;
@@ -71,7 +73,7 @@ int cuda_amax(kdev *d, float *amax, const float *x, size_t n)
     int rc = cuda_scratch(d, (size_t)(blocks + 1) * sizeof(float), &ws, op);
     if (rc)
         return rc;
-    float *part = (float *)ws, *res = part + blocks;
+    float *part = (float *)ws, *res = to_device ? amax : part + blocks;
     cudaStream_t st = cuda_stream(d);
     cuda_amax_partial_kernel<<<blocks, AMAX_THREADS, 0, st>>>(part, x, n);
     if ((rc = cuda_launched(d, op)))
@@ -79,7 +81,7 @@ int cuda_amax(kdev *d, float *amax, const float *x, size_t n)
     cuda_amax_final_kernel<<<1, AMAX_THREADS, 0, st>>>(res, part, blocks);
     if ((rc = cuda_launched(d, op)))
         return rc;
-    return cuda_download(d, amax, res, sizeof *amax);
+    return to_device ? 0 : cuda_download(d, amax, res, sizeof *amax);
 }
 
 /* ---- quantise-dequantise (the rounding: kcuda_fp8.cuh) ---------------------------------- */

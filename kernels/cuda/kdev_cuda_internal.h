@@ -155,7 +155,7 @@ CUDA_PRIVATE int cuda_ce_finish(kdev *d, double *lse, float *losses, const float
                                 const double *sums, int n);
 
 /* kdev_cuda_fp8.cu */
-CUDA_PRIVATE int cuda_amax(kdev *d, float *amax, const float *x, size_t n);
+CUDA_PRIVATE int cuda_amax(kdev *d, float *amax, const float *x, size_t n, int to_device);
 CUDA_PRIVATE int cuda_fp8_qdq(kdev *d, float *out, const float *x, size_t n, float scale,
                               kfp8_format f);
 

@@ -17,6 +17,14 @@ typedef struct {
     float *hist;              /* [units][3][history] */
     int *pos;                 /* [units][3] */
     size_t units;
+    /* The amaxes not yet in the histories (delayed scaling: a call's scale comes from
+     * the history, its own amax is needed only by the next call of its slot, so it stays
+     * on the device until then, and one download brings every pending one). */
+    float *amax_dev;          /* [units][3] on amax_on; NULL until the first */
+    float *amax_host;         /* [units][3] */
+    unsigned char *pending;   /* [units][3] */
+    size_t n_pending;
+    kdev *amax_on;
 } fp8_shared;
 
 struct fp8_layer {
@@ -41,6 +49,8 @@ typedef struct fp8_model {
     kdev *dev;
     size_t cap;
 } fp8_model;
+
+static int amax_flush(fp8_shared *sh, hearth_err *err);
 
 static int n_units(const fp8_layer *f) { return FP8_KINDS + 2 * f->El; }
 
@@ -67,6 +77,9 @@ static void fm_free(fp8_model *fm)
     free(fm->layers);
     kdev_release(fm->dev, fm->scratch);
     if (fm->owner && fm->sh) {
+        kdev_release(fm->sh->amax_on, fm->sh->amax_dev);
+        free(fm->sh->amax_host);
+        free(fm->sh->pending);
         fp8_plan_clear(&fm->sh->plan);
         free(fm->sh->hist);
         free(fm->sh->pos);
@@ -140,6 +153,9 @@ int model_fp8_state(model *m, float **hist, size_t *n_hist, int **pos, size_t *n
     if (!fm->owner)
         return herr_set(err, HERR_RUNTIME, "fp8: the amax histories belong to the model "
                         "this one was cloned from");
+    int rc = amax_flush(fm->sh, err);
+    if (rc)
+        return rc;
     *hist = fm->sh->hist;
     *pos = fm->sh->pos;
     *n_hist = fm->sh->units * 3 * (size_t)fm->sh->plan.history;
@@ -351,19 +367,87 @@ static int reduce_amax(fp8_layer *f, int kind, float *amax, int n, hearth_err *e
               : 0;
 }
 
-/* The scale of tensor t of unit u for a call whose own amax is `amax`; records amax in
- * the history (delayed scaling). */
-static float scale_of(fp8_layer *f, int kind, int u, int t, float amax, kfp8_format fmt)
+/* The amaxes pending on the device into their histories, with one download. */
+static int amax_flush(fp8_shared *sh, hearth_err *err)
 {
-    const fp8_plan *p = &f->fm->sh->plan;
-    if (p->current || kind == FP8_LM_HEAD)
-        return kcpu_fp8_scale(amax, fmt, p->margin, 1.0f);
+    if (!sh->n_pending)
+        return 0;
+    size_t n = sh->units * 3, H = (size_t)sh->plan.history;
+    kdev_download(sh->amax_on, sh->amax_host, sh->amax_dev, n * sizeof(float));
+    int rc = dev_check(sh->amax_on, err);
+    if (rc)
+        return herr_prefix(err, rc, "fp8: reading the amaxes");
+    for (size_t k = 0; k < n; k++)
+        if (sh->pending[k]) {
+            kcpu_fp8_history_push(sh->hist + k * H, (int)H, &sh->pos[k], sh->amax_host[k]);
+            sh->pending[k] = 0;
+        }
+    sh->n_pending = 0;
+    return 0;
+}
+
+/* Whether an amax may wait on the device: delayed scaling with a history to scale from,
+ * one device for every pending one, no tp reduction (that needs the value). */
+static int amax_can_wait(const fp8_layer *f, int kind, float hist_amax, kdev *dev)
+{
+    const fp8_shared *sh = f->fm->sh;
+    return hist_amax > 0.0f && !(f->tp_comm && f->tp > 1 && split_kind(kind)) &&
+           (!sh->amax_on || sh->amax_on == dev);
+}
+
+static int amax_wait_alloc(fp8_shared *sh, kdev *dev, hearth_err *err)
+{
+    if (sh->amax_dev)
+        return 0;
+    size_t n = sh->units * 3;
+    if (!sh->amax_host)
+        sh->amax_host = calloc(n + 1, sizeof(float));
+    if (!sh->pending)
+        sh->pending = calloc(n + 1, 1);
+    if (!sh->amax_host || !sh->pending)
+        return herr_set(err, HERR_NOMEM, "fp8: out of memory for the pending amaxes");
+    int rc = dev_alloc(dev, (void **)&sh->amax_dev, (n + 1) * sizeof(float), "fp8 amaxes",
+                       err);
+    if (!rc)
+        sh->amax_on = dev;
+    return rc;
+}
+
+/* *scale: the scale of tensor t (x[n]) of unit u for this call, x's amax recorded in the
+ * history (delayed scaling) or used itself (current scaling, the LM head, an empty
+ * history). */
+static int tensor_scale(kdev *dev, fp8_layer *f, int kind, int u, int t, const float *x,
+                        size_t n, kfp8_format fmt, float *scale, hearth_err *err)
+{
+    fp8_shared *sh = f->fm->sh;
+    const fp8_plan *p = &sh->plan;
+    int rc, delayed = !p->current && kind != FP8_LM_HEAD;
     size_t H = (size_t)p->history, k = (f->unit0 + (size_t)u) * 3 + (size_t)t;
-    float *h = f->fm->sh->hist + k * H;
-    float hm = kcpu_fp8_history_amax(h, (int)H);
-    float s = kcpu_fp8_scale(hm > 0.0f ? hm : amax, fmt, p->margin, 1.0f);
-    kcpu_fp8_history_push(h, (int)H, &f->fm->sh->pos[k], amax);
-    return s;
+    float *h = sh->hist + k * H, hm = 0.0f, amax;
+    if (delayed) {
+        if (sh->pending && sh->pending[k] && (rc = amax_flush(sh, err)))
+            return rc;
+        hm = kcpu_fp8_history_amax(h, (int)H);
+        if (amax_can_wait(f, kind, hm, dev)) {
+            if ((rc = amax_wait_alloc(sh, dev, err)))
+                return rc;
+            kdev_amax_dev(dev, sh->amax_dev + k, x, n);
+            sh->pending[k] = 1;
+            sh->n_pending++;
+            *scale = kcpu_fp8_scale(hm, fmt, p->margin, 1.0f);
+            return 0;
+        }
+    }
+    kdev_amax(dev, &amax, x, n);
+    if ((rc = dev_check(dev, err)) || (rc = reduce_amax(f, kind, &amax, 1, err)))
+        return rc;
+    if (!delayed) {
+        *scale = kcpu_fp8_scale(amax, fmt, p->margin, 1.0f);
+        return 0;
+    }
+    *scale = kcpu_fp8_scale(hm > 0.0f ? hm : amax, fmt, p->margin, 1.0f);
+    kcpu_fp8_history_push(h, (int)H, &sh->pos[k], amax);
+    return 0;
 }
 
 void fp8_layer_set_replay(fp8_layer *f, int on)
@@ -404,13 +488,9 @@ int fp8_linear_forward(kdev *dev, fp8_layer *f, int kind, int e, int tokens, flo
         if ((rc = replay_scales(f, kind, u, &sx, &sw, err)))
             return rc;
     } else {
-        float amax[2];
-        kdev_amax(dev, &amax[0], inp, nx);
-        kdev_amax(dev, &amax[1], w, nw);
-        if ((rc = dev_check(dev, err)) || (rc = reduce_amax(f, kind, amax, 2, err)))
+        if ((rc = tensor_scale(dev, f, kind, u, T_X, inp, nx, KFP8_E4M3, &sx, err)) ||
+            (rc = tensor_scale(dev, f, kind, u, T_W, w, nw, KFP8_E4M3, &sw, err)))
             return rc;
-        sx = scale_of(f, kind, u, T_X, amax[0], KFP8_E4M3);
-        sw = scale_of(f, kind, u, T_W, amax[1], KFP8_E4M3);
         f->saved[2 * u] = sx;
         f->saved[2 * u + 1] = sw;
     }
@@ -442,21 +522,14 @@ static int linear_backward(kdev *dev, fp8_layer *f, int kind, int e, float *dinp
         kdev_zero(dev, dinp, (size_t)M * K * sizeof(float));
     size_t nx = (size_t)M * K, nw = (size_t)N * K, ny = (size_t)M * N;
     int u = unit_of(f, kind, e), rc;
-    float amax[3] = { 0.0f, 0.0f, 0.0f };
-    kdev_amax(dev, &amax[0], dout, ny);
-    float sx = f->saved[2 * u], sw = f->saved[2 * u + 1];
-    if (kind == FP8_LM_HEAD) {
-        /* current scaling: recompute exactly what this chunk's forward used */
-        kdev_amax(dev, &amax[1], inp, nx);
-        kdev_amax(dev, &amax[2], w, nw);
-        if ((rc = dev_check(dev, err)) || (rc = reduce_amax(f, kind, amax, 3, err)))
-            return rc;
-        sx = scale_of(f, kind, u, T_X, amax[1], KFP8_E4M3);
-        sw = scale_of(f, kind, u, T_W, amax[2], KFP8_E4M3);
-    } else if ((rc = dev_check(dev, err)) || (rc = reduce_amax(f, kind, amax, 1, err))) {
+    float sx = f->saved[2 * u], sw = f->saved[2 * u + 1], sd;
+    /* the LM head's current scaling: recompute exactly what this chunk's forward used */
+    if (kind == FP8_LM_HEAD &&
+        ((rc = tensor_scale(dev, f, kind, u, T_X, inp, nx, KFP8_E4M3, &sx, err)) ||
+         (rc = tensor_scale(dev, f, kind, u, T_W, w, nw, KFP8_E4M3, &sw, err))))
         return rc;
-    }
-    float sd = scale_of(f, kind, u, T_DY, amax[0], KFP8_E5M2);
+    if ((rc = tensor_scale(dev, f, kind, u, T_DY, dout, ny, KFP8_E5M2, &sd, err)))
+        return rc;
     if (kdev_fp8_matmul_backward(dev, NULL, dinp, dw, dout, inp, w, M, K, N, sx, sw, sd,
                                  KFP8_E5M2) == HERR_NOALGO) {   /* as in the forward */
         float *ws = scratch(dev, f, ny + (dw ? nx : 0) + (dinp ? nw : 0), err);

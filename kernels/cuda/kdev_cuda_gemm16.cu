@@ -7,17 +7,35 @@
  *             fp32 out of cuBLASLt; dbias += column sums of the fp32 dout.
  * Weights are converted per call (a few MB per GEMM: small beside the activations); the
  * conversions round to nearest even and cost one read and a half-size write each.
- * The bf16 operands' rows must be 16-byte multiples: K a multiple of 8 (else the call is
- * left to the fp32-operand path: HERR_NOALGO before anything is written, so that a GEMM
- * of the pair never fails after the other has added its part); dout, whose rows are N
- * long (a vocabulary of 50257 in the LM head), is converted with its rows padded to a
- * multiple of 8 (zeros), and the backward's products run over the padded width; with a
- * bias, the same pass over dout sums its columns (kcuda_bias_partials_to_bf16). */
+ * The bf16 operands' rows must be 16-byte multiples.  Where K is not a multiple of 8 (the
+ * Qwen2.5-VL ViT's fc2 reduces over 3420), the operands are converted with their rows
+ * padded to Kp = K rounded up to 8 (zeros: the products over Kp are those over K), and
+ * the backward's K-wide results (dinp, dW) go through Kp-wide fp32 copies in the scratch
+ * (cudaMemcpy2DAsync both ways).  dout, whose rows are N long (a vocabulary of 50257 in
+ * the LM head), is converted with its rows padded to a multiple of 8 (zeros), and the
+ * backward's products run over the padded width; with a bias, the same pass over dout
+ * sums its columns (kcuda_bias_partials_to_bf16).  HERR_NOALGO (cuBLASLt has no
+ * algorithm) comes before anything is written, so that a GEMM of the pair never fails
+ * after the other has added its part. */
 #include "cuda/kdev_cuda_internal.h"
 
-static int fits(int K)
+/* rows x K fp32 into bf16 rows Kp >= K apart (pad zero). */
+static int rows_to_bf16(kdev *d, kcuda_bf16 *dst, const float *src, size_t rows, int K,
+                        int Kp, const char *op)
 {
-    return K % 8 == 0;
+    return Kp == K ? cuda_to_bf16(d, dst, src, rows * (size_t)K, op)
+                   : cuda_to_bf16_pitched(d, dst, Kp, src, rows, K, op);
+}
+
+/* rows x cols fp32 from rows `spitch` apart to rows `dpitch` apart (device to device). */
+static int copy_rows(kdev *d, float *dst, int dpitch, const float *src, int spitch,
+                     size_t rows, int cols, const char *op)
+{
+    return cuda_err(d, cudaMemcpy2DAsync(dst, (size_t)dpitch * sizeof(float), src,
+                                         (size_t)spitch * sizeof(float),
+                                         (size_t)cols * sizeof(float), rows,
+                                         cudaMemcpyDeviceToDevice, cuda_stream(d)),
+                    op);
 }
 
 
@@ -30,25 +48,25 @@ static int fits(int K)
 #define PAD_BLOCK_FLOATS ((size_t)1 << 26)   /* 256 MiB of fp32 output per block */
 
 static int forward_padded(kdev *d, float *out, const float *inp, const float *weight,
-                          const float *bias, int M, int K, int N, const char *op)
+                          const float *bias, int M, int K, int Kp, int N, const char *op)
 {
     int Np = cuda_pitch8(N);
     size_t rows = PAD_BLOCK_FLOATS / (size_t)Np;
     int R = rows < 8 ? 8 : rows > (size_t)M ? M : (int)rows;
     /* one carve (a later one would reuse the scratch from its start): the input, the
      * padded weight, the fp32 block and the padded bias, the fp32 ones as bf16 pairs */
-    size_t count[4] = { (size_t)M * K, (size_t)Np * K, 2 * (size_t)R * Np,
+    size_t count[4] = { (size_t)M * Kp, (size_t)Np * Kp, 2 * (size_t)R * Np,
                         bias ? 2 * (size_t)Np : 0 };
     kcuda_bf16 *b[4];
     int rc = cuda_carve_bf16(d, b, count, 4, op);
     cudaStream_t st = cuda_stream(d);
     if (!rc)
-        rc = cuda_to_bf16(d, b[0], inp, count[0], op);
+        rc = rows_to_bf16(d, b[0], inp, (size_t)M, K, Kp, op);
     if (!rc)
-        rc = cuda_to_bf16(d, b[1], weight, (size_t)N * K, op);
+        rc = rows_to_bf16(d, b[1], weight, (size_t)N, K, Kp, op);
     if (!rc)
-        rc = cuda_err(d, cudaMemsetAsync(b[1] + (size_t)N * K, 0,
-                                         (size_t)(Np - N) * K * sizeof(kcuda_bf16), st), op);
+        rc = cuda_err(d, cudaMemsetAsync(b[1] + (size_t)N * Kp, 0,
+                                         (size_t)(Np - N) * Kp * sizeof(kcuda_bf16), st), op);
     float *blk = (float *)b[2], *pb = bias ? (float *)b[3] : NULL;
     if (!rc && pb)
         rc = cuda_err(d, cudaMemsetAsync(pb, 0, (size_t)Np * sizeof(float), st), op);
@@ -57,8 +75,8 @@ static int forward_padded(kdev *d, float *out, const float *inp, const float *we
                                          cudaMemcpyDeviceToDevice, st), op);
     for (int r0 = 0; !rc && r0 < M; r0 += R) {
         int n = M - r0 < R ? M - r0 : R;
-        rc = kcuda_matmul_forward_bf16_f32out(cuda_st(d)->k, blk, b[0] + (size_t)r0 * K, b[1],
-                                              pb, n, K, Np);
+        rc = kcuda_matmul_forward_bf16_f32out(cuda_st(d)->k, blk, b[0] + (size_t)r0 * Kp,
+                                              b[1], pb, n, Kp, Np);
         if (rc)   /* out is written block by block: no fallback once a block is done */
             return rc == KCUDA_ENOALGO && r0 == 0 ? HERR_NOALGO : cuda_kc(d, rc, op);
         rc = cuda_unpitch(d, out + (size_t)r0 * N, blk, (size_t)n, N, Np, op);
@@ -70,20 +88,19 @@ int cuda_matmul16_forward(kdev *d, float *out, const float *inp, const float *we
                           const float *bias, int M, int K, int N)
 {
     static const char op[] = "matmul_forward (bf16)";
-    if (!fits(K))
-        return HERR_NOALGO;
+    int Kp = cuda_pitch8(K);
     if (N % 4)
-        return forward_padded(d, out, inp, weight, bias, M, K, N, op);
-    size_t count[2] = { (size_t)M * K, (size_t)N * K };
+        return forward_padded(d, out, inp, weight, bias, M, K, Kp, N, op);
+    size_t count[2] = { (size_t)M * Kp, (size_t)N * Kp };
     kcuda_bf16 *b[2];   /* inp, weight */
     int rc = cuda_carve_bf16(d, b, count, 2, op);
     if (!rc)
-        rc = cuda_to_bf16(d, b[0], inp, count[0], op);
+        rc = rows_to_bf16(d, b[0], inp, (size_t)M, K, Kp, op);
     if (!rc)
-        rc = cuda_to_bf16(d, b[1], weight, count[1], op);
+        rc = rows_to_bf16(d, b[1], weight, (size_t)N, K, Kp, op);
     if (rc)
         return rc;
-    rc = kcuda_matmul_forward_bf16_f32out(cuda_st(d)->k, out, b[0], b[1], bias, M, K, N);
+    rc = kcuda_matmul_forward_bf16_f32out(cuda_st(d)->k, out, b[0], b[1], bias, M, Kp, N);
     return rc == KCUDA_ENOALGO ? HERR_NOALGO : cuda_kc(d, rc, op);
 }
 
@@ -96,27 +113,27 @@ int cuda_matmul16_backward_from(kdev *d, float *dinp, float *dweight, float *dbi
                                 int set)
 {
     static const char op[] = "matmul_backward (bf16)";
-    if (!fits(K))
-        return HERR_NOALGO;
     kcuda_ctx *k = cuda_st(d)->k;
     cudaStream_t st = cuda_stream(d);
     /* Both products run over Np = N rounded up to 8 (dout's pad columns are zero): with
      * N % 8 != 0 as the reduction dimension of dinp, cuBLASLt takes 9.6 ms against 1.6 for
      * the padded 50264 (16384 x 768, H100, bench_kdev_gpu); dW's 50257 rows 2.6 against
      * 1.7.  The weight gets zero pad rows, dW a padded fp32 copy that takes the sum. */
-    int Np = cuda_pitch8(N), pad = Np != N;
-    /* dout, inp, weight, the bias gradient's partial sums and the padded dW (both fp32,
-     * counted as bf16 pairs) */
-    size_t count[5] = { dout16 ? 0 : (size_t)M * Np, dweight ? (size_t)M * K : 0,
-                        dinp ? (size_t)Np * K : 0,
+    int Np = cuda_pitch8(N), Kp = cuda_pitch8(K), pad = Np != N || Kp != K;
+    /* dout, inp, weight, the bias gradient's partial sums, the padded dW and the padded
+     * dinp (the last three fp32, counted as bf16 pairs) */
+    size_t count[6] = { dout16 ? 0 : (size_t)M * Np, dweight ? (size_t)M * Kp : 0,
+                        dinp ? (size_t)Np * Kp : 0,
                         dbias ? 2 * kcuda_bias_partials_floats(M, N) : 0,
-                        pad && dweight ? 2 * (size_t)Np * K : 0 };
-    kcuda_bf16 *b[5];
+                        pad && dweight ? 2 * (size_t)Np * Kp : 0,
+                        Kp != K && dinp ? 2 * (size_t)M * Kp : 0 };
+    kcuda_bf16 *b[6];
     float *part = NULL, *dw = pad && dweight ? NULL : dweight;
-    size_t wbytes = (size_t)N * K * sizeof(float), padbytes = (size_t)(Np - N) * K;
+    float *di = Kp != K ? NULL : dinp;
+    size_t padbytes = (size_t)(Np - N) * Kp;
     int rc = 0;
     if (dinp || dweight) {
-        rc = cuda_carve_bf16(d, b, count, 5, op);
+        rc = cuda_carve_bf16(d, b, count, 6, op);
         if (dout16)
             b[0] = (kcuda_bf16 *)dout16;
         else if (!rc && dbias) {   /* dout read once for its conversion and its column sums */
@@ -126,35 +143,39 @@ int cuda_matmul16_backward_from(kdev *d, float *dinp, float *dweight, float *dbi
             rc = cuda_to_bf16_pitched(d, b[0], Np, dout, (size_t)M, N, op);
         }
         if (!rc && dweight)
-            rc = cuda_to_bf16(d, b[1], inp, count[1], op);
+            rc = rows_to_bf16(d, b[1], inp, (size_t)M, K, Kp, op);
         if (!rc && dinp)
-            rc = cuda_to_bf16(d, b[2], weight, (size_t)N * K, op);
-        if (!rc && dinp && pad)
-            rc = cuda_err(d, cudaMemsetAsync(b[2] + (size_t)N * K, 0,
+            rc = rows_to_bf16(d, b[2], weight, (size_t)N, K, Kp, op);
+        if (!rc && dinp && Np != N)
+            rc = cuda_err(d, cudaMemsetAsync(b[2] + (size_t)N * Kp, 0,
                                              padbytes * sizeof(kcuda_bf16), st), op);
-        if (!rc && dweight && !dw) {
+        if (!rc && dweight && !dw) {   /* the sum goes on in the padded copy */
             dw = (float *)b[4];
-            rc = cuda_err(d, cudaMemcpyAsync(dw, dweight, wbytes, cudaMemcpyDeviceToDevice, st),
-                          op);
+            rc = copy_rows(d, dw, Kp, dweight, K, (size_t)N, K, op);
             if (!rc)
-                rc = cuda_err(d, cudaMemsetAsync(dw + (size_t)N * K, 0,
+                rc = cuda_err(d, cudaMemsetAsync(dw + (size_t)N * Kp, 0,
                                                  padbytes * sizeof(float), st), op);
+        }
+        if (!rc && dinp && !di) {
+            di = (float *)b[5];
+            if (!set)
+                rc = copy_rows(d, di, Kp, dinp, K, (size_t)M, K, op);
         }
         if (rc)
             return rc;
     }
     if (dinp) {
-        rc = kcuda_matmul_dinp_bf16_f32out(k, dinp, b[0], Np, b[2], M, K, Np, !set);
+        rc = kcuda_matmul_dinp_bf16_f32out(k, di, b[0], Np, b[2], M, Kp, Np, !set);
         if (rc)
             return rc == KCUDA_ENOALGO ? HERR_NOALGO : cuda_kc(d, rc, op);
+        if (di != dinp && (rc = copy_rows(d, dinp, K, di, Kp, (size_t)M, K, op)))
+            return rc;
     }
     if (dweight) {
-        rc = kcuda_matmul_dweight_bf16_f32out(k, dw, b[0], Np, b[1], M, K, pad ? Np : N);
+        rc = kcuda_matmul_dweight_bf16_f32out(k, dw, b[0], Np, b[1], M, Kp, Np);
         if (rc)   /* dinp is done: finishing in fp32 math would add it twice */
             return cuda_kc(d, rc, op);
-        if (dw != dweight &&
-            (rc = cuda_err(d, cudaMemcpyAsync(dweight, dw, wbytes, cudaMemcpyDeviceToDevice,
-                                              st), op)))
+        if (dw != dweight && (rc = copy_rows(d, dweight, K, dw, Kp, (size_t)N, K, op)))
             return rc;
     }
     if (part)   /* added last: a GEMM without an algorithm above has written nothing */

@@ -782,7 +782,10 @@ static int test_bf16(struct tctx *t)
     t->tol = TOL_BF16;
     f += mm_case(t, "bf16.96x200x136", 96, 200, 136);
     f += mm_case(t, "bf16.M1", 1, 40, 24);
-    f += mm_case(t, "bf16.37x67x53", 37, 67, 53);   /* K % 8: the fp32-operand path */
+    /* K % 8: rows padded to Kp (72), dinp and dW through Kp-wide copies; with odd N
+     * also the padded forward; 3420: the Qwen2.5-VL ViT's fc2 */
+    f += mm_case(t, "bf16.37x67x53", 37, 67, 53);
+    f += mm_case(t, "bf16.64x3420x128", 64, 3420, 128);
     f += mm_case(t, "bf16.40x64x53", 40, 64, 53);   /* odd N: dout rows padded to 56, the
                                                       forward through 56 output columns */
     /* N % 4 with more rows than one block of the padded forward (2^26 / 48008 = 1397) */

@@ -469,7 +469,19 @@ int kdev_attention_backward(kdev *d, float *dq, float *dk, float *dv, const floa
     MARK(d, "attention_backward");
     return note(d, d->ops->attention_backward(d, dq, dk, dv, dout, q, k, v, out, lse,
                                               cu_seqlens, nseq, max_seqlen, N, Hq, Hkv, D,
-                                              causal));
+                                              causal, 0));
+}
+
+int kdev_attention_backward_set(kdev *d, float *dq, float *dk, float *dv, const float *dout,
+                                const float *q, const float *k, const float *v,
+                                const float *out, const float *lse, const int *cu_seqlens,
+                                int nseq, int max_seqlen, int N, int Hq, int Hkv, int D,
+                                int causal)
+{
+    MARK(d, "attention_backward");
+    return note(d, d->ops->attention_backward(d, dq, dk, dv, dout, q, k, v, out, lse,
+                                              cu_seqlens, nseq, max_seqlen, N, Hq, Hkv, D,
+                                              causal, 1));
 }
 
 int kdev_attention_block_forward(kdev *d, float *out, float *lse, const float *q,

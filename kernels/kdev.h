@@ -159,6 +159,13 @@ int kdev_attention_backward(kdev *d, float *dq, float *dk, float *dv, const floa
                             const float *out, const float *lse, const int *cu_seqlens,
                             int nseq, int max_seqlen, int N, int Hq, int Hkv, int D,
                             int causal);
+/* The same with dq, dk, dv written instead of added to (their rows N, as for the forward):
+ * no zeroing pass before it. */
+int kdev_attention_backward_set(kdev *d, float *dq, float *dk, float *dv, const float *dout,
+                                const float *q, const float *k, const float *v,
+                                const float *out, const float *lse, const int *cu_seqlens,
+                                int nseq, int max_seqlen, int N, int Hq, int Hkv, int D,
+                                int causal);
 /* Block attention (context parallelism, sequence chunks); the index arrays are device
  * arrays; max_q, max_k >= the longest sequence's rows in q_cu and k_cu. */
 int kdev_attention_block_forward(kdev *d, float *out, float *lse, const float *q,

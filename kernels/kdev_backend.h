@@ -98,11 +98,12 @@ struct kdev_ops {
     int (*attention_forward)(kdev *d, float *out, float *lse, const float *q, const float *k,
                              const float *v, const int *cu_seqlens, int nseq, int max_seqlen,
                              int N, int Hq, int Hkv, int D, int causal);
+    /* set: dq, dk, dv written, not added to */
     int (*attention_backward)(kdev *d, float *dq, float *dk, float *dv, const float *dout,
                               const float *q, const float *k, const float *v,
                               const float *out, const float *lse, const int *cu_seqlens,
                               int nseq, int max_seqlen, int N, int Hq, int Hkv, int D,
-                              int causal);
+                              int causal, int set);
     int (*attention_block_forward)(kdev *d, float *out, float *lse, const float *q,
                                    const float *k, const float *v, const int *q_cu,
                                    const int *q_pos, const int *k_cu, const int *k_pos,

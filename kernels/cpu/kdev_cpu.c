@@ -299,11 +299,19 @@ static int cpu_attention_backward(kdev *d, float *dq, float *dk, float *dv, cons
                                   const float *q, const float *k, const float *v,
                                   const float *out, const float *lse, const int *cu_seqlens,
                                   int nseq, int max_seqlen, int N, int Hq, int Hkv, int D,
-                                  int causal)
+                                  int causal, int set)
 {
     (void)d;
     (void)max_seqlen;
-    (void)N;
+    if (set) {   /* the reference adds: to zeros, the same bits as a zeroing pass first */
+        size_t nq = (size_t)N * Hq * D, nk = (size_t)N * Hkv * D;
+        if (dq)
+            memset(dq, 0, nq * sizeof(float));
+        if (dk)
+            memset(dk, 0, nk * sizeof(float));
+        if (dv)
+            memset(dv, 0, nk * sizeof(float));
+    }
     kcpu_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, Hq, Hkv,
                             D, causal);
     return 0;

@@ -406,12 +406,22 @@ int cuda_attention_forward(kdev *d, float *out, float *lse, const float *q, cons
 int cuda_attention_backward(kdev *d, float *dq, float *dk, float *dv, const float *dout,
                             const float *q, const float *k, const float *v, const float *out,
                             const float *lse, const int *cu_seqlens, int nseq, int max_seqlen,
-                            int N, int Hq, int Hkv, int D, int causal)
+                            int N, int Hq, int Hkv, int D, int causal, int set)
 {
     static const char op[] = "attention_backward";
     if (cuda_st(d)->prec == KDEV_PREC_BF16 && cuda_attention16_fits(D))
         return cuda_attention16_backward(d, dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens,
-                                         nseq, max_seqlen, N, Hq, Hkv, D, causal);
+                                         nseq, max_seqlen, N, Hq, Hkv, D, causal, set);
+    size_t nq = (size_t)N * Hq * D, nk = (size_t)N * Hkv * D;
+    float *zero[3] = { dq, dk, dv };
+    size_t count[3] = { nq, nk, nk };
+    for (int i = 0; set && i < 3; i++) {   /* the fp32 kernels add */
+        int rc = zero[i] ? cuda_err(d, cudaMemsetAsync(zero[i], 0, count[i] * sizeof(float),
+                                                       cuda_stream(d)), op)
+                         : 0;
+        if (rc)
+            return rc;
+    }
     cuda_att a;
     int rc = cuda_att_setup(d, op, &a, q, k, v, cu_seqlens, NULL, cu_seqlens, NULL, nseq,
                             max_seqlen, Hq, Hkv, D, causal);

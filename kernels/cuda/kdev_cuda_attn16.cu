@@ -6,7 +6,7 @@
  *             lse fp32 as the kernel writes it.
  *   backward: q, k, v, out, dout -> bf16; dq16, dk16, dv16 zeroed (the kernel adds);
  *             kcuda_attention_backward_bf16 with the forward's lse; dq, dk, dv += fp32 of
- *             them (kdev's backward accumulates).
+ *             them (kdev's backward accumulates; its _set form writes them).
  * The copies live in the device scratch (kdev_cuda.cu), carved at 256-byte boundaries
  * (the kernels want 16-byte aligned rows).  Everything is in stream order and nothing
  * here synchronises.  The conversions round to nearest even, as __float2bfloat16_rn. */
@@ -46,7 +46,7 @@ int cuda_attention16_backward(kdev *d, float *dq, float *dk, float *dv, const fl
                               const float *q, const float *k, const float *v,
                               const float *out, const float *lse, const int *cu_seqlens,
                               int nseq, int max_seqlen, int N, int Hq, int Hkv, int D,
-                              int causal)
+                              int causal, int set)
 {
     static const char op[] = "attention_backward (bf16)";
     if (N <= 0 || nseq <= 0 || max_seqlen <= 0 || (!dq && !dk && !dv))
@@ -70,10 +70,10 @@ int cuda_attention16_backward(kdev *d, float *dq, float *dk, float *dv, const fl
                                                       nseq, max_seqlen, Hq, Hkv, D, causal),
                      op);
     if (!rc)
-        rc = cuda_from_bf16(d, dq, b[5], count[5], 1, op);
+        rc = cuda_from_bf16(d, dq, b[5], count[5], !set, op);
     if (!rc)
-        rc = cuda_from_bf16(d, dk, b[6], count[6], 1, op);
+        rc = cuda_from_bf16(d, dk, b[6], count[6], !set, op);
     if (!rc)
-        rc = cuda_from_bf16(d, dv, b[7], count[7], 1, op);
+        rc = cuda_from_bf16(d, dv, b[7], count[7], !set, op);
     return rc;
 }

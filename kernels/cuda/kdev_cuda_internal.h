@@ -179,7 +179,7 @@ CUDA_PRIVATE int cuda_attention_backward(kdev *d, float *dq, float *dk, float *d
                                          const float *dout, const float *q, const float *k,
                                          const float *v, const float *out, const float *lse,
                                          const int *cu_seqlens, int nseq, int max_seqlen,
-                                         int N, int Hq, int Hkv, int D, int causal);
+                                         int N, int Hq, int Hkv, int D, int causal, int set);
 
 /* kdev_cuda_bf16.cu: dst (bf16) = src rounded; dst = (accumulate ? dst : 0) + src (fp32
  * from bf16; nothing when dst is NULL); n bf16 buffers of count[i] elements carved from
@@ -241,7 +241,8 @@ CUDA_PRIVATE int cuda_attention16_backward(kdev *d, float *dq, float *dk, float 
                                            const float *dout, const float *q, const float *k,
                                            const float *v, const float *out, const float *lse,
                                            const int *cu_seqlens, int nseq, int max_seqlen,
-                                           int N, int Hq, int Hkv, int D, int causal);
+                                           int N, int Hq, int Hkv, int D, int causal,
+                                           int set);
 CUDA_PRIVATE int cuda_attention_block_forward(kdev *d, float *out, float *lse,
                                               const float *q, const float *k, const float *v,
                                               const int *q_cu, const int *q_pos,

@@ -717,6 +717,21 @@ static int att_case(struct tctx *t, const char *tag, const int *lens, int nseq, 
     f += cmp_tol(t, w, a.dk, nk, t->tol > 0 ? t->tol : TOL_ATT);
     snprintf(w, sizeof w, "%s.dv", tag);
     f += cmp_tol(t, w, a.dv, nk, t->tol > 0 ? t->tol : TOL_ATT);
+    /* the _set form writes the gradients: NaN there must not survive */
+    struct dp sq = dp_nan(t, nq), sk = dp_nan(t, nk), sv = dp_nan(t, nk);
+    if (t->bad)
+        return 1;
+    for (int k = 0; k < 2; k++)
+        CK(kdev_attention_backward_set(t->d[k], with_dq ? FP(sq, k) : NULL, FP(sk, k),
+                                       FP(sv, k), FP(a.dout, k), FP(a.q, k), FP(a.k, k),
+                                       FP(a.v, k), FP(a.out, k), FP(a.lse, k), IP(a.cu, k),
+                                       nseq, a.maxlen, a.N, Hq, Hkv, D, causal));
+    struct { const char *n; struct dp b; size_t len; } set[] = {
+        {"dq_set", sq, nq}, {"dk_set", sk, nk}, {"dv_set", sv, nk}};
+    for (int i = with_dq ? 0 : 1; i < 3; i++) {
+        snprintf(w, sizeof w, "%s.%s", tag, set[i].n);
+        f += cmp_tol(t, w, set[i].b, set[i].len, t->tol > 0 ? t->tol : TOL_ATT);
+    }
     return f;
 }
 

@@ -741,9 +741,11 @@ static int attn_backward(stack *st, block *b, const float *x, const stack_ctx *c
     if ((rc = row_linear_backward(st, p->fp8, FP8_PROJ, sc->datt, g->proj_w, g->proj_b, sc->dres, b->att,
                                   p->proj_w, N, Nl, c->QD, c->H, err)))
         return rc;
-    zero(dev, sc->dq, nq);
-    zero(dev, sc->dk, nk);
-    zero(dev, sc->dv, nk);
+    if (st->cp_comm || ctx->cc) {   /* the block attention adds, block by block */
+        zero(dev, sc->dq, nq);
+        zero(dev, sc->dk, nk);
+        zero(dev, sc->dv, nk);
+    }
     const int *cu = b->full_attn ? ctx->cu_full : ctx->cu;
     int nseq = b->full_attn ? ctx->nseq_full : ctx->nseq;
     int maxs = b->full_attn ? ctx->max_seq_full : ctx->max_seq;
@@ -757,9 +759,9 @@ static int attn_backward(stack *st, block *b, const float *x, const stack_ctx *c
                                  sc->dk, sc->dv, sc->datt, b->q, b->k, b->v, b->att, b->lse,
                                  cu, nseq, N, c->Hq, c->Hkv, c->D, c->causal);
     else if (!st->cp_comm)
-        kdev_attention_backward(dev, sc->dq, sc->dk, sc->dv, sc->datt, b->q, b->k, b->v,
-                                b->att, b->lse, cu, nseq, maxs, N, c->Hq, c->Hkv, c->D,
-                                c->causal);
+        kdev_attention_backward_set(dev, sc->dq, sc->dk, sc->dv, sc->datt, b->q, b->k, b->v,
+                                    b->att, b->lse, cu, nseq, maxs, N, c->Hq, c->Hkv, c->D,
+                                    c->causal);
     if (c->rope) {
         kdev_rope_backward(dev, sc->dq, ctx->cos, ctx->sin, N, c->Hq, c->D);
         kdev_rope_backward(dev, sc->dk, ctx->cos, ctx->sin, N, c->Hkv, c->D);

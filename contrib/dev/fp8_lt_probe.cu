@@ -3,8 +3,10 @@
  * alignment preferences, shape) it prints the heuristic's status and count and then
  * cublasLtMatmul's status on zero operands, all TN as kernels/cuda/gemm_fp8.cu calls it.
  * A diagnostic for a GPU whose FP8 GEMM is refused (kcuda_matmul_fp8: NOT_SUPPORTED).  On an
- * H100 with cuBLASLt 13.1 every case with A/B scale pointers set was refused and every case
- * without them ran, which is why kcuda_matmul_fp8 passes the dequantisation as alpha.
+ * H100 with cuBLASLt 13.1 every case with the B scale 4 bytes after the A scale in one
+ * allocation (scale 1) was refused; with each scale in its own allocation (scale 2) and
+ * without scale pointers (scale 0) the GEMMs ran.  kcuda_matmul_fp8 passes the
+ * dequantisation as alpha.
  *   nvcc -O1 -gencode arch=compute_90a,code=sm_90a contrib/dev/fp8_lt_probe.cu \
  *        -o build/fp8_lt_probe -lcublasLt && build/fp8_lt_probe */
 #include <cublasLt.h>

@@ -14,10 +14,11 @@
  *
  * Scales.  The dequantisation factors (1/scale of each operand) enter as alpha, their
  * product, a host float: the operands are per-tensor scaled, so alpha * op(A) op(B) is
- * the product cuBLASLt's A/B scale pointers would give, and the CUDA 13 cuBLASLt on
- * an H100 (13.1) finds an algorithm with those pointers set and then refuses to run it
- * (NOT_SUPPORTED; contrib/dev/fp8_lt_probe.cu shows it) while it runs the same GEMM
- * without them.
+ * the product cuBLASLt's A/B scale pointers would give, without device floats to keep
+ * aligned: cuBLASLt 13.1 on an H100 finds an algorithm when a scale pointer is 4 bytes
+ * into an allocation and then refuses to run it (NOT_SUPPORTED), while it runs the GEMM
+ * with each scale at the start of an allocation, and without scale pointers
+ * (contrib/dev/fp8_lt_probe.cu).
  *
  * Descriptors and the chosen algorithm are cached in the context's GEMM cache (gemm.cu)
  * under dtypes of their own. */

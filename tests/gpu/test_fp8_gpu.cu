@@ -2,11 +2,13 @@
  * emulation (kernels/cpu/fp8.c) on fresh random inputs:
  *   quantise  kcuda_fp8_quantise's codes equal kcpu_fp8_encode(x * scale) bit for bit
  *             (both formats, three scales, magnitudes 2^-24..2^20 and the special
- *             values), its transposed copy is the transpose, its 1/scale is 1.0f / scale;
+ *             values), its transposed copy is the transpose;
  *   gemm      kcuda_matmul_fp8 on those codes against a double product of the decoded
  *             codes (the emulation's values), written and accumulated, E4M3 x E4M3 and
- *             E5M2 x E4M3; tolerance 1e-5 relative L2, which only fp32 accumulation order
- *             and the dequantisation of the sum instead of the operands can explain;
+ *             E5M2 x E4M3; tolerance 1e-3 relative L2: Hopper's FP8 tensor cores add
+ *             their products with fewer mantissa bits than fp32 between cuBLASLt's
+ *             promotions to fp32 (an H100 measured 0.9e-4..1.1e-4), where a wrong scale,
+ *             format or layout is off by O(1);
  *   fits      shapes that are not multiples of 16 give KCUDA_ENOALGO, having done nothing.
  * The model-level ops (kdev_fp8_matmul_*, cuda against the cpu device) are in
  * test_kdev_gpu.cu.  Plain TAP; without a CUDA device one skipped test.  HEARTH_SEED=N
@@ -16,7 +18,7 @@ extern "C" {
 }
 #include "tests/gpu/gpu_tap.h"
 
-#define TOL_FP8 1e-5
+#define TOL_FP8 1e-3
 
 struct tctx {
     kcuda_ctx *k;

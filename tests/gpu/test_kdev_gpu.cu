@@ -37,6 +37,7 @@
 
 #define TOL_F32 1e-5
 #define TOL_ATT 1e-4
+#define TOL_FP8GEMM 1e-3 /* the FP8 tensor cores' sums (test_fp8_gpu.cu) */
 #define TOL_OPT 1e-6
 #define TOL_D 1e-12
 #define TOL_BF16 3e-2
@@ -1146,8 +1147,10 @@ static int test_fp8(struct tctx *t)
 /* The FP8 linear (kdev_fp8_matmul_*): the cuda device's FP8 GEMM (shapes of multiples of
  * 16) or its emulation (other shapes) against the cpu's emulation, with the scales the
  * model would take from these tensors' amax.  The quantised values are the same (the
- * codes bit for bit: test_fp8_gpu); the products differ by the order of the fp32 sums
- * and by dequantising the sum instead of each operand, hence TOL_F32.  gemm: whether the
+ * codes bit for bit: test_fp8_gpu); the emulation's products differ by the order of the
+ * fp32 sums and by dequantising the sum instead of each operand (TOL_F32), the FP8
+ * GEMM's also by the tensor cores' narrower sums between promotions to fp32 (TOL_FP8GEMM,
+ * test_fp8_gpu.cu; an H100 measured up to 2.7e-4).  gemm: whether the
  * cuda device must take its FP8 GEMM (ws = NULL succeeds) or must refuse it (HERR_NOALGO,
  * its status untouched). */
 static int fp8mm_case(struct tctx *t, const char *tag, int M, int K, int N, int gemm)
@@ -1200,7 +1203,7 @@ static int fp8mm_case(struct tctx *t, const char *tag, int M, int K, int N, int 
                {"dinp1", di1, nx}, {"dw1", dw1, nw}};
     for (size_t i = 0; i < sizeof chk / sizeof chk[0]; i++) {
         snprintf(w, sizeof w, "%s.%s", tag, chk[i].n);
-        f += cmp_tol(t, w, chk[i].b, chk[i].len, TOL_F32);
+        f += cmp_tol(t, w, chk[i].b, chk[i].len, gemm ? TOL_FP8GEMM : TOL_F32);
     }
     return f;
 }

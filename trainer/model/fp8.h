@@ -85,8 +85,10 @@ void fp8_layer_set_replay(fp8_layer *f, int on);
 int fp8_linear_uses(fp8_layer *f, int kind, int tokens);
 /* A linear outside any model (the layer benchmark, trainer/bench_layers.c): an
  * fp8_layer of `kind` in `comp` with tensor-parallel size tp (no tp group: one rank) whose
- * plan is one rule for that kind at every token count, with current scaling, so that
- * fp8_linear_forward/backward always take the FP8 path.  Expert kinds use e = 0.
+ * plan is one rule for that kind at every token count, with delayed scaling over a history
+ * of one (training's path: the first call scales from its own amax, later ones from the
+ * history, their amaxes recorded on the device), so that fp8_linear_forward/backward
+ * always take the FP8 path.  Expert kinds use e = 0.
  * fp8_layer_free releases it (NULL is fine), its scratch on the device it used. */
 int fp8_layer_create(fp8_layer **out, int comp, int kind, int tp, hearth_err *err);
 void fp8_layer_free(fp8_layer *f);

@@ -290,7 +290,7 @@ int fp8_layer_create(fp8_layer **out, int comp, int kind, int tp, hearth_err *er
 {
     *out = NULL;
     fp8_rule rule = { .comp = comp, .kind = kind, .tp = tp };
-    fp8_plan plan = { .rules = &rule, .n_rules = 1, .history = 1, .current = 1 };
+    fp8_plan plan = { .rules = &rule, .n_rules = 1, .history = 1, .current = 0 };
     fp8_model *fm = calloc(1, sizeof *fm);
     fp8_shared *sh = calloc(1, sizeof *sh);
     fp8_layer *f = calloc(1, sizeof *f);

@@ -255,6 +255,11 @@ static int note(kdev *d, int rc)
     return rc;
 }
 
+int kdev_lib_version(const kdev *d, kdev_lib lib)
+{
+    return d->ops->lib_version(d, lib);
+}
+
 const char *kdev_hw_name(const kdev *d)
 {
     return d->ops->hw_name(d);

@@ -65,6 +65,10 @@ int kdev_cuda_available(void);
 /* A description of the hardware for logs and result.json ("NVIDIA H100 80GB HBM3"; the
  * cpu backend: "cpu"); owned by d. */
 const char *kdev_hw_name(const kdev *d);
+/* The version of a library the backend runs on, as the library numbers it (CUDA runtime
+ * 13000 = 13.0; cuBLASLt 130100 = 13.1.0); 0 where the backend has none (the cpu). */
+typedef enum { KDEV_LIB_CUDA_RUNTIME = 0, KDEV_LIB_CUBLASLT = 1 } kdev_lib;
+int kdev_lib_version(const kdev *d, kdev_lib lib);
 
 /* ---- memory ---------------------------------------------------------------------------
  * alloc: `bytes` of zeroed device memory (bytes == 0 gives a valid unique pointer).

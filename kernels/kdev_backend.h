@@ -27,7 +27,7 @@ extern "C" {
 #define KDEV_CUDA_ENTRY_NAME "hearth_kdev_cuda_ops"
 /* Bumped whenever kdev_ops or struct kdev changes: a library of another version is
  * refused rather than called through a table of another layout. */
-#define KDEV_ABI 10
+#define KDEV_ABI 11
 
 struct kdev {
     const kdev_ops *ops;
@@ -45,6 +45,7 @@ struct kdev_ops {
     int (*init)(kdev *d);
     void (*fini)(kdev *d);
     const char *(*hw_name)(const kdev *d);
+    int (*lib_version)(const kdev *d, kdev_lib lib);
 
     int (*alloc)(kdev *d, void **p, size_t bytes);
     void (*release)(kdev *d, void *p);

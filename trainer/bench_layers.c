@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "device_info.h"
 #include "kdev.h"
 #include "model/fp8.h"
 #include "model/rng.h"
@@ -244,9 +245,16 @@ static char *bench_json(const run_config *c, kdev *dev, const bench_row *rows, i
             "fp8_err_out", r->err_out, "fp8_err_dinp", r->err_dinp, "fp8_err_dweight",
             r->err_dw));
     }
-    json_t *o = json_pack("{s:i, s:s, s:s, s:s, s:s, s:n, s:n, s:s, s:o}", "version", 1,
+    char cuda_v[32], lt_v[32];
+    const char *vc = device_version_text(cuda_v, sizeof cuda_v, KDEV_LIB_CUDA_RUNTIME,
+                                         kdev_lib_version(dev, KDEV_LIB_CUDA_RUNTIME));
+    const char *vl = device_version_text(lt_v, sizeof lt_v, KDEV_LIB_CUBLASLT,
+                                         kdev_lib_version(dev, KDEV_LIB_CUBLASLT));
+    json_t *o = json_pack("{s:i, s:s, s:s, s:s, s:s, s:o, s:o, s:s, s:o}", "version", 1,
                           "gpu", kdev_hw_name(dev), "device", cuda ? "cuda" : "cpu",
-                          "build", build, "date", date, "cuda", "cublaslt",
+                          "build", build, "date", date,
+                          "cuda", vc ? json_string(vc) : json_null(),
+                          "cublaslt", vl ? json_string(vl) : json_null(),
                           "model", c->model.name[0] ? c->model.name : c->model_preset,
                           "rows", arr);
     if (o && !cuda)

@@ -223,8 +223,8 @@ char *result_json(const run_result *r, hearth_err *err)
     json_object_set_new(o, "nodes", json_integer(r->nodes));
     json_object_set_new(v, "hearth", json_string(version_release()));
     json_object_set_new(v, "git_describe", jstr_or_null(version_git_describe()));
-    json_object_set_new(v, "cuda", json_null());
-    json_object_set_new(v, "cublaslt", json_null());
+    json_object_set_new(v, "cuda", jstr_or_null(r->cuda_version));
+    json_object_set_new(v, "cublaslt", jstr_or_null(r->cublaslt_version));
     json_object_set_new(v, "nccl", json_null());
     json_object_set_new(o, "versions", v);
     json_object_set_new(o, "memory", memory_json(r->memory));

@@ -52,6 +52,8 @@ typedef struct {
     summary_numbers num;
     double tokens_per_s_per_gpu;
     double mfu;                  /* NaN: null (no known peak, e.g. CPU) */
+    const char *cuda_version;    /* the CUDA runtime's, as text; NULL: null */
+    const char *cublaslt_version;
     long long peak_mem_bytes;
     const char *exit_status;     /* "done" | "diverged" | "failed" */
     const char *device;          /* "cpu" | "cuda" */

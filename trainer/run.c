@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "device_info.h"
 #include "fp8_policy.h"
 #include "outputs.h"
 #include "runlog.h"
@@ -333,7 +334,17 @@ static int finish(run *r, const char *status)
     res.device_count = 1;
     res.nodes = 1;
     res.tokens_per_s_per_gpu = res.num.tokens_per_s / res.device_count;
-    res.mfu = NAN;                        /* no known peak on CPU */
+    /* MFU over the GPU's dense bf16 peak (device_info.c's table); null for the cpu, for
+     * multi-rank runs and for GPUs without a known peak */
+    double peak = device_peak_bf16_tflops(trainer_device_name(r->tr));
+    res.mfu = cfg->device == DEVICE_CUDA && peak > 0
+                  ? res.num.flops_per_token * res.tokens_per_s_per_gpu / (peak * 1e12)
+                  : NAN;
+    char cuda_v[32], lt_v[32];
+    res.cuda_version = device_version_text(cuda_v, sizeof cuda_v, KDEV_LIB_CUDA_RUNTIME,
+                                           trainer_lib_version(r->tr, KDEV_LIB_CUDA_RUNTIME));
+    res.cublaslt_version = device_version_text(lt_v, sizeof lt_v, KDEV_LIB_CUBLASLT,
+                                               trainer_lib_version(r->tr, KDEV_LIB_CUBLASLT));
     res.peak_mem_bytes = peak_mem(r->tr);
     res.exit_status = status;
     res.device = cfg->device == DEVICE_CUDA ? "cuda" : "cpu";

@@ -315,6 +315,11 @@ const char *trainer_device_name(const trainer *t)
     return t->par || !t->m ? "cpu" : kdev_hw_name(model_device(t->m));
 }
 
+int trainer_lib_version(const trainer *t, kdev_lib lib)
+{
+    return t->par || !t->m ? 0 : kdev_lib_version(model_device(t->m), lib);
+}
+
 int trainer_ranks(const trainer *t)
 {
     return t->par ? ptrain_local_ranks(t->par) : 1;

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "hf_config.h"
+#include "kdev.h"
 #include "model/model.h"
 #include "safetensors.h"
 #include "shape/err.h"
@@ -92,6 +93,8 @@ int trainer_profile_start(trainer *t, hearth_err *err);
 int trainer_profile_report(trainer *t, char *buf, size_t len, hearth_err *err);
 /* The hardware the trainer runs on, for the log ("cpu", or the GPU's name). */
 const char *trainer_device_name(const trainer *t);
+/* kdev_lib_version of the device the model trains on; 0 for multi-rank runs and the cpu. */
+int trainer_lib_version(const trainer *t, kdev_lib lib);
 
 /* Hugging Face Qwen2.5-VL checkpoints (hf_weights.h, hf_config.h, docs/hf.md).
  * trainer_init_from_hf checks src (the checkpoint's config.json, hf_config_load) against

@@ -34,6 +34,13 @@ static void cpu_fini(kdev *d)
     d->impl = NULL;
 }
 
+static int cpu_lib_version(const kdev *d, kdev_lib lib)
+{
+    (void)d;
+    (void)lib;
+    return 0;
+}
+
 static const char *cpu_hw_name(const kdev *d)
 {
     (void)d;
@@ -608,6 +615,7 @@ static const kdev_ops cpu_ops = {
     .init = cpu_init,
     .fini = cpu_fini,
     .hw_name = cpu_hw_name,
+    .lib_version = cpu_lib_version,
     .alloc = cpu_alloc,
     .release = cpu_release,
     .upload = cpu_copy,

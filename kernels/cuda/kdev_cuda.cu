@@ -6,6 +6,8 @@
  * selects it first (cudaSetDevice) and every call here then stays on it. */
 #include "cuda/kdev_cuda_internal.h"
 
+#include <cublasLt.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +130,17 @@ static const char *cuda_hw_name(const kdev *d)
     return cuda_st(d)->hw;
 }
 
+static int cuda_lib_version(const kdev *d, kdev_lib lib)
+{
+    (void)d;
+    int v = 0;
+    if (lib == KDEV_LIB_CUDA_RUNTIME && cudaRuntimeGetVersion(&v) != cudaSuccess)
+        v = 0;
+    if (lib == KDEV_LIB_CUBLASLT)
+        v = (int)cublasLtGetVersion();
+    return v;
+}
+
 static int cuda_prof_mark(kdev *d, int i)
 {
     cuda_state *s = cuda_st(d);
@@ -176,6 +189,7 @@ static const kdev_ops cuda_ops = {
     .init = cuda_init,
     .fini = cuda_fini,
     .hw_name = cuda_hw_name,
+    .lib_version = cuda_lib_version,
     .alloc = cuda_alloc,
     .release = cuda_release,
     .upload = cuda_upload,

@@ -28,7 +28,7 @@ GNORM_RTOL_BF16=1e-1
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/hearth-gpu-train.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
-tap_plan 19
+tap_plan 20
 if ! nvidia-smi -L >/dev/null 2>&1; then
     for i in $(seq 1 19); do echo "ok $i - gpu case # SKIP no GPU"; done
     exit 0
@@ -174,3 +174,19 @@ ok = r["device"] == "cuda" and m["measured_peak_bytes"] > 0 and "device memory" 
 sys.exit(0 if ok else 1)
 EOF
 tap_result $? "cuda: result.json reports the device peak beside the prediction" ""
+
+# result.json: the CUDA runtime's and cuBLASLt's versions; the MFU where the GPU's bf16
+# peak is known (trainer/device_info.c: H100, H200, A100), null elsewhere.
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+python3 - "$tmp/VLM.cuda/result.json" "$gpu_name" <<'EOF'
+import json, re, sys
+r, name = json.load(open(sys.argv[1])), sys.argv[2]
+v = r["versions"]
+print(f"# {name}: versions cuda {v['cuda']} cublaslt {v['cublaslt']}, mfu {r['mfu']}")
+known = any(k in name for k in ("H100", "H200", "A100"))
+ok = (re.fullmatch(r"\d+\.\d+", v["cuda"] or "") is not None and
+      re.fullmatch(r"\d+\.\d+\.\d+", v["cublaslt"] or "") is not None and
+      ((isinstance(r["mfu"], float) and 0 < r["mfu"] < 1) if known else r["mfu"] is None))
+sys.exit(0 if ok else 1)
+EOF
+tap_result $? "cuda: result.json names the CUDA and cuBLASLt versions, and the MFU" ""

@@ -257,12 +257,19 @@ static void test_result_file(void **state)
     mem.measured_bytes = outputs_peak_mem_bytes();
     mem.measured_source = "test";
     r.memory = &mem;
+    r.cuda_version = "13.0";   /* a GPU run's versions and MFU are written as given */
+    r.cublaslt_version = "13.1.0";
+    r.mfu = tu_uniform(&g_rng);
     assert_int_equal(result_write(dir, &r, &err), 0);
     text = read_all(path);
     assert_non_null(text);
     o = json_loads(text, 0, &je);
     assert_non_null(o);
     check_keys(o, result_keys, 17);
+    v = json_object_get(o, "versions");
+    assert_string_equal(json_string_value(json_object_get(v, "cuda")), "13.0");
+    assert_string_equal(json_string_value(json_object_get(v, "cublaslt")), "13.1.0");
+    assert_true(json_real_value(json_object_get(o, "mfu")) == r.mfu);
     json_t *mo = json_object_get(o, "memory");
     assert_true(json_is_object(mo));
     assert_int_equal(json_object_size(mo), 8);

@@ -659,12 +659,6 @@ int kdev_amax(kdev *d, float *amax, const float *x, size_t n)
     return note(d, d->ops->amax(d, amax, x, n, 0));
 }
 
-int kdev_amax_dev(kdev *d, float *amax_dev, const float *x, size_t n)
-{
-    MARK(d, "amax");
-    return note(d, d->ops->amax(d, amax_dev, x, n, 1));
-}
-
 int kdev_fp8_qdq(kdev *d, float *out, const float *x, size_t n, float scale, kfp8_format f)
 {
     MARK(d, "fp8_qdq");
@@ -674,16 +668,19 @@ int kdev_fp8_qdq(kdev *d, float *out, const float *x, size_t n, float scale, kfp
 /* The FP8 emulation (kdev.h): what the cpu backend is, and what a backend without an
  * FP8 GEMM for the arguments gets when the caller gave ws. */
 int kdev_fp8_matmul_forward(kdev *d, float *ws, float *out, const float *inp, const float *w,
-                            const float *bias, int M, int K, int N, float sx, float sw)
+                            const float *bias, int M, int K, int N, float sx, float sw,
+                            const kdev_fp8_amax *amax)
 {
     MARK(d, "fp8_matmul_forward");
-    int rc = d->ops->fp8_matmul_forward(d, ws, out, inp, w, bias, M, K, N, sx, sw);
+    int rc = d->ops->fp8_matmul_forward(d, ws, out, inp, w, bias, M, K, N, sx, sw, amax);
     if (rc != HERR_NOALGO)
         return note(d, rc);
     if (!ws)
         return HERR_NOALGO;         /* the caller's cue to give ws: not a failure */
     float *qx = ws, *qw = ws + (size_t)M * K;
-    if ((rc = d->ops->fp8_qdq(d, qx, inp, (size_t)M * K, sx, KFP8_E4M3)) ||
+    if ((amax && amax->x && (rc = d->ops->amax(d, amax->x, inp, (size_t)M * K, 1))) ||
+        (amax && amax->w && (rc = d->ops->amax(d, amax->w, w, (size_t)N * K, 1))) ||
+        (rc = d->ops->fp8_qdq(d, qx, inp, (size_t)M * K, sx, KFP8_E4M3)) ||
         (rc = d->ops->fp8_qdq(d, qw, w, (size_t)N * K, sw, KFP8_E4M3)))
         return note(d, rc);
     return note(d, d->ops->matmul_forward(d, out, qx, qw, bias, M, K, N));
@@ -691,18 +688,19 @@ int kdev_fp8_matmul_forward(kdev *d, float *ws, float *out, const float *inp, co
 
 int kdev_fp8_matmul_backward(kdev *d, float *ws, float *dinp, float *dw, const float *dout,
                              const float *inp, const float *w, int M, int K, int N, float sx,
-                             float sw, float sd, kfp8_format fd)
+                             float sw, float sd, kfp8_format fd, const kdev_fp8_amax *amax)
 {
     MARK(d, "fp8_matmul_backward");
     int rc = d->ops->fp8_matmul_backward(d, ws, dinp, dw, dout, inp, w, M, K, N, sx, sw, sd,
-                                         fd);
+                                         fd, amax);
     if (rc != HERR_NOALGO)
         return note(d, rc);
     if (!ws)
         return HERR_NOALGO;
     size_t ny = (size_t)M * N, nx = (size_t)M * K;
     float *qd = ws, *qx = dw ? ws + ny : NULL, *qw = dinp ? ws + ny + (dw ? nx : 0) : NULL;
-    if ((rc = d->ops->fp8_qdq(d, qd, dout, ny, sd, fd)) ||
+    if ((amax && amax->dy && (rc = d->ops->amax(d, amax->dy, dout, ny, 1))) ||
+        (rc = d->ops->fp8_qdq(d, qd, dout, ny, sd, fd)) ||
         (qx && (rc = d->ops->fp8_qdq(d, qx, inp, nx, sx, KFP8_E4M3))) ||
         (qw && (rc = d->ops->fp8_qdq(d, qw, w, (size_t)N * K, sw, KFP8_E4M3))))
         return note(d, rc);

@@ -258,11 +258,9 @@ int kdev_moe_unpermute_backward(kdev *d, float *dexpert_out, float *dtopk_w, con
                                 const int *slot_row, int N, int K, int C);
 
 /* ---- FP8 emulation (kernels.h) ----------------------------------------------------------
- * amax: *amax (a HOST float) = kcpu_amax(x, n); waits for the stream.
- * amax_dev: the same into a DEVICE float (kdev_alloc'd), in stream order: no wait, so
- * a caller that needs the value only later reads many with one kdev_download. */
+ * amax: *amax (a HOST float) = kcpu_amax(x, n); waits for the stream.  (An FP8 GEMM
+ * records its operands' amax on the device without a wait: kdev_fp8_amax.) */
 int kdev_amax(kdev *d, float *amax, const float *x, size_t n);
-int kdev_amax_dev(kdev *d, float *amax_dev, const float *x, size_t n);
 int kdev_fp8_qdq(kdev *d, float *out, const float *x, size_t n, float scale, kfp8_format f);
 
 /* ---- FP8 GEMMs --------------------------------------------------------------------------
@@ -282,12 +280,20 @@ int kdev_fp8_qdq(kdev *d, float *out, const float *x, size_t n, float scale, kfp
  * ws: the emulation's fp32 scratch, forward M*K + N*K floats, backward M*N + (dw ? M*K :
  * 0) + (dinp ? N*K : 0).  ws == NULL: only an FP8 GEMM may run; where the backend has none
  * the call returns HERR_NOALGO having done nothing, and the device's status stays as it
- * was (not a failure), so that a caller allocates ws only where it is needed. */
+ * was (not a failure), so that a caller allocates ws only where it is needed.
+ * amax (may be NULL, and each of its pointers): DEVICE floats that the call also sets to
+ * kcpu_amax of its operands (forward: x = inp's, w = w's;
+ * backward: dy = dout's), in stream order; the cuda backend takes them from the pass that
+ * quantises the operand, so recording them costs no extra read. */
+typedef struct {
+    float *x, *w, *dy;
+} kdev_fp8_amax;
 int kdev_fp8_matmul_forward(kdev *d, float *ws, float *out, const float *inp, const float *w,
-                            const float *bias, int M, int K, int N, float sx, float sw);
+                            const float *bias, int M, int K, int N, float sx, float sw,
+                            const kdev_fp8_amax *amax);
 int kdev_fp8_matmul_backward(kdev *d, float *ws, float *dinp, float *dw, const float *dout,
                              const float *inp, const float *w, int M, int K, int N, float sx,
-                             float sw, float sd, kfp8_format fd);
+                             float sw, float sd, kfp8_format fd, const kdev_fp8_amax *amax);
 
 /* ---- optimizer --------------------------------------------------------------------------
  * sumsq: *out (a HOST double) = kcpu_sumsq(x, n); waits for the stream. */

@@ -27,7 +27,7 @@ extern "C" {
 #define KDEV_CUDA_ENTRY_NAME "hearth_kdev_cuda_ops"
 /* Bumped whenever kdev_ops or struct kdev changes: a library of another version is
  * refused rather than called through a table of another layout. */
-#define KDEV_ABI 11
+#define KDEV_ABI 12
 
 struct kdev {
     const kdev_ops *ops;
@@ -166,10 +166,11 @@ struct kdev_ops {
      * the arguments (the cpu: always), and kdev.c runs the emulation in ws. */
     int (*fp8_matmul_forward)(kdev *d, float *ws, float *out, const float *inp,
                               const float *w, const float *bias, int M, int K, int N,
-                              float sx, float sw);
+                              float sx, float sw, const kdev_fp8_amax *amax);
     int (*fp8_matmul_backward)(kdev *d, float *ws, float *dinp, float *dw, const float *dout,
                                const float *inp, const float *w, int M, int K, int N,
-                               float sx, float sw, float sd, kfp8_format fd);
+                               float sx, float sw, float sd, kfp8_format fd,
+                               const kdev_fp8_amax *amax);
 
     int (*adamw_update)(kdev *d, float *param, const float *grad, float *m, float *v,
                         size_t n, float lr, float beta1, float beta2, float eps,

@@ -552,19 +552,20 @@ static int cpu_fp8_qdq(kdev *d, float *out, const float *x, size_t n, float scal
 /* The FP8 linear is its emulation on the cpu (kdev.c composes it). */
 static int cpu_fp8_matmul_forward(kdev *d, float *ws, float *out, const float *inp,
                                   const float *w, const float *bias, int M, int K, int N,
-                                  float sx, float sw)
+                                  float sx, float sw, const kdev_fp8_amax *amax)
 {
     (void)d, (void)ws, (void)out, (void)inp, (void)w, (void)bias, (void)M, (void)K, (void)N;
-    (void)sx, (void)sw;
+    (void)sx, (void)sw, (void)amax;
     return HERR_NOALGO;
 }
 
 static int cpu_fp8_matmul_backward(kdev *d, float *ws, float *dinp, float *dw,
                                    const float *dout, const float *inp, const float *w, int M,
-                                   int K, int N, float sx, float sw, float sd, kfp8_format fd)
+                                   int K, int N, float sx, float sw, float sd, kfp8_format fd,
+                                   const kdev_fp8_amax *amax)
 {
     (void)d, (void)ws, (void)dinp, (void)dw, (void)dout, (void)inp, (void)w, (void)M, (void)K;
-    (void)N, (void)sx, (void)sw, (void)sd, (void)fd;
+    (void)N, (void)sx, (void)sw, (void)sd, (void)fd, (void)amax;
     return HERR_NOALGO;
 }
 

@@ -39,15 +39,17 @@ static int carve(kdev *d, uint8_t **b, const size_t *count, int n, const char *o
     return 0;
 }
 
-static int quantise(kdev *d, uint8_t *q, uint8_t *qt, const float *x, int rows, int cols,
-                    float scale, kfp8_format f, const char *op)
+static int quantise(kdev *d, uint8_t *q, uint8_t *qt, float *amax, const float *x, int rows,
+                    int cols, float scale, kfp8_format f, const char *op)
 {
-    return cuda_kc(d, kcuda_fp8_quantise(cuda_st(d)->k, q, qt, x, rows, cols, scale, (int)f),
+    return cuda_kc(d, kcuda_fp8_quantise(cuda_st(d)->k, q, qt, amax, x, rows, cols, scale,
+                                         (int)f),
                    op);
 }
 
 int cuda_fp8_matmul_forward(kdev *d, float *ws, float *out, const float *inp, const float *w,
-                            const float *bias, int M, int K, int N, float sx, float sw)
+                            const float *bias, int M, int K, int N, float sx, float sw,
+                            const kdev_fp8_amax *amax)
 {
     static const char op[] = "fp8_matmul_forward";
     (void)ws;   /* the emulation's: the FP8 bytes live in the device scratch */
@@ -57,9 +59,9 @@ int cuda_fp8_matmul_forward(kdev *d, float *ws, float *out, const float *inp, co
     uint8_t *b[2];   /* qx, qw */
     int rc = carve(d, b, count, 2, op);
     if (!rc)
-        rc = quantise(d, b[0], NULL, inp, M, K, sx, KFP8_E4M3, op);
+        rc = quantise(d, b[0], NULL, amax ? amax->x : NULL, inp, M, K, sx, KFP8_E4M3, op);
     if (!rc)
-        rc = quantise(d, b[1], NULL, w, N, K, sw, KFP8_E4M3, op);
+        rc = quantise(d, b[1], NULL, amax ? amax->w : NULL, w, N, K, sw, KFP8_E4M3, op);
     if (rc)
         return rc;
     rc = kcuda_matmul_fp8(cuda_st(d)->k, out, b[0], KCUDA_FP8_E4M3, b[1], KCUDA_FP8_E4M3,
@@ -73,7 +75,7 @@ int cuda_fp8_matmul_forward(kdev *d, float *ws, float *out, const float *inp, co
 
 int cuda_fp8_matmul_backward(kdev *d, float *ws, float *dinp, float *dw, const float *dout,
                              const float *inp, const float *w, int M, int K, int N, float sx,
-                             float sw, float sd, kfp8_format fd)
+                             float sw, float sd, kfp8_format fd, const kdev_fp8_amax *amax)
 {
     static const char op[] = "fp8_matmul_backward";
     (void)ws;
@@ -89,11 +91,11 @@ int cuda_fp8_matmul_backward(kdev *d, float *ws, float *dinp, float *dw, const f
     uint8_t *b[4];   /* qd, qdT, qwT, qxT */
     int rc = carve(d, b, count, 4, op);
     if (!rc)   /* dy read once for both of its copies */
-        rc = quantise(d, b[0], b[1], dout, M, N, sd, fd, op);
+        rc = quantise(d, b[0], b[1], amax ? amax->dy : NULL, dout, M, N, sd, fd, op);
     if (!rc && dinp)
-        rc = quantise(d, NULL, b[2], w, N, K, sw, KFP8_E4M3, op);
+        rc = quantise(d, NULL, b[2], NULL, w, N, K, sw, KFP8_E4M3, op);
     if (!rc && dw)
-        rc = quantise(d, NULL, b[3], inp, M, K, sx, KFP8_E4M3, op);
+        rc = quantise(d, NULL, b[3], NULL, inp, M, K, sx, KFP8_E4M3, op);
     if (rc)
         return rc;
     kcuda_ctx *k = cuda_st(d)->k;

@@ -284,11 +284,12 @@ CUDA_PRIVATE int cuda_moe_unpermute_backward(kdev *d, float *dexpert_out, float 
  * having done nothing for shapes it does not take (kdev.c then runs the emulation). */
 CUDA_PRIVATE int cuda_fp8_matmul_forward(kdev *d, float *ws, float *out, const float *inp,
                                          const float *w, const float *bias, int M, int K,
-                                         int N, float sx, float sw);
+                                         int N, float sx, float sw,
+                                         const kdev_fp8_amax *amax);
 CUDA_PRIVATE int cuda_fp8_matmul_backward(kdev *d, float *ws, float *dinp, float *dw,
                                           const float *dout, const float *inp, const float *w,
                                           int M, int K, int N, float sx, float sw, float sd,
-                                          kfp8_format fd);
+                                          kfp8_format fd, const kdev_fp8_amax *amax);
 
 /* ---- device helpers -------------------------------------------------------------------- */
 #ifdef __CUDACC__

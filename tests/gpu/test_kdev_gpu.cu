@@ -1169,25 +1169,30 @@ static int fp8mm_case(struct tctx *t, const char *tag, int M, int K, int N, int 
     float sx = kcpu_fp8_scale(kcpu_amax(hx, nx), KFP8_E4M3, 0, 1.0f);
     float sw = kcpu_fp8_scale(kcpu_amax(hw, nw), KFP8_E4M3, 0, 1.0f);
     float sd = kcpu_fp8_scale(kcpu_amax(hy, ny), KFP8_E5M2, 0, 1.0f);
+    struct dp am = dp_nan(t, 3);   /* the amaxes the calls record: x, w, dy */
     if (t->bad)
         return 1;
     for (int k = 0; k < 2; k++) {
         kdev *d = t->d[k];
+        kdev_fp8_amax rec = { FP(am, k), FP(am, k) + 1, FP(am, k) + 2 };
         CK(kdev_fp8_matmul_forward(d, FP(ws, k), FP(o1, k), FP(x, k), FP(wt, k), FP(bias, k),
-                                   M, K, N, sx, sw));
+                                   M, K, N, sx, sw, &rec));
         CK(kdev_fp8_matmul_forward(d, FP(ws, k), FP(o2, k), FP(x, k), FP(wt, k), NULL, M, K,
-                                   N, sx, sw));
+                                   N, sx, sw, NULL));
         CK(kdev_fp8_matmul_backward(d, FP(ws, k), FP(di, k), FP(dw, k), FP(dout, k), FP(x, k),
-                                    FP(wt, k), M, K, N, sx, sw, sd, KFP8_E5M2));
+                                    FP(wt, k), M, K, N, sx, sw, sd, KFP8_E5M2, &rec));
         /* one gradient at a time */
         CK(kdev_fp8_matmul_backward(d, FP(ws, k), FP(di1, k), NULL, FP(dout, k), FP(x, k),
-                                    FP(wt, k), M, K, N, sx, sw, sd, KFP8_E5M2));
+                                    FP(wt, k), M, K, N, sx, sw, sd, KFP8_E5M2, NULL));
         CK(kdev_fp8_matmul_backward(d, FP(ws, k), NULL, FP(dw1, k), FP(dout, k), FP(x, k),
-                                    FP(wt, k), M, K, N, sx, sw, sd, KFP8_E5M2));
+                                    FP(wt, k), M, K, N, sx, sw, sd, KFP8_E5M2, NULL));
     }
+    /* the amaxes: what kdev_amax gives, bit for bit (the cuda GEMM's from its quantise) */
+    snprintf(w, sizeof w, "%s.amax", tag);
+    f += cmp_bits(t, w, am);
     /* the cuda device without ws: its FP8 GEMM, or a clean refusal */
     int rc = kdev_fp8_matmul_forward(t->d[1], NULL, FP(o2, 1), FP(x, 1), FP(wt, 1), NULL, M, K,
-                                     N, sx, sw);
+                                     N, sx, sw, NULL);
     int want = gemm ? 0 : HERR_NOALGO;
     if (rc != want || kdev_status(t->d[1]) != 0) {
         printf("# %s: fp8_matmul_forward without ws returned %d (status %d), want %d: %s\n",

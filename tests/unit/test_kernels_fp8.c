@@ -328,10 +328,18 @@ static void test_kdev_fp8_matmul_cpu(void **state)
     char err[256];
     assert_int_equal(kdev_create(&d, KDEV_CPU, err, sizeof err), 0);
 
-    assert_int_equal(kdev_fp8_matmul_forward(d, NULL, out, x, w, b, M, K, N, sx, sw),
+    /* the amaxes the calls record (kdev_fp8_amax), NaN until written */
+    float am[3] = { NAN, NAN, NAN };
+    kdev_fp8_amax rec = { &am[0], &am[1], &am[2] };
+    assert_int_equal(kdev_fp8_matmul_forward(d, NULL, out, x, w, b, M, K, N, sx, sw, &rec),
                      HERR_NOALGO);
     assert_int_equal(kdev_status(d), 0);
-    assert_int_equal(kdev_fp8_matmul_forward(d, ws, out, x, w, b, M, K, N, sx, sw), 0);
+    assert_true(isnan(am[0]) && isnan(am[1]));   /* HERR_NOALGO: nothing done */
+    assert_int_equal(kdev_fp8_matmul_forward(d, ws, out, x, w, b, M, K, N, sx, sw, &rec), 0);
+    float ax = kcpu_amax(x, nx), aw = kcpu_amax(w, nw), ay = kcpu_amax(dy, ny);
+    assert_memory_equal(&am[0], &ax, sizeof ax);
+    assert_memory_equal(&am[1], &aw, sizeof aw);
+    assert_true(isnan(am[2]));                     /* the forward records no dy */
     kcpu_fp8_qdq(q, x, nx, sx, KFP8_E4M3);
     kcpu_fp8_qdq(q + nx, w, nw, sw, KFP8_E4M3);
     kcpu_matmul_forward(ref, q, q + nx, b, M, K, N);
@@ -347,9 +355,11 @@ static void test_kdev_fp8_matmul_cpu(void **state)
             memcpy(dxr, dx, nx * sizeof(float));
             memcpy(dwr, dw, nw * sizeof(float));
             assert_int_equal(kdev_fp8_matmul_backward(d, NULL, gx, gw, dy, x, w, M, K, N, sx,
-                                                      sw, sd, (kfp8_format)f), HERR_NOALGO);
+                                                      sw, sd, (kfp8_format)f, NULL), HERR_NOALGO);
+            am[2] = NAN;
             assert_int_equal(kdev_fp8_matmul_backward(d, ws, gx, gw, dy, x, w, M, K, N, sx, sw,
-                                                      sd, (kfp8_format)f), 0);
+                                                      sd, (kfp8_format)f, &rec), 0);
+            assert_memory_equal(&am[2], &ay, sizeof ay);
             kcpu_fp8_qdq(q, dy, ny, sd, (kfp8_format)f);
             kcpu_fp8_qdq(q + ny, x, nx, sx, KFP8_E4M3);
             kcpu_fp8_qdq(q + ny + nx, w, nw, sw, KFP8_E4M3);

@@ -415,15 +415,19 @@ static int amax_wait_alloc(fp8_shared *sh, kdev *dev, hearth_err *err)
 
 /* *scale: the scale of tensor t (x[n]) of unit u for this call, x's amax recorded in the
  * history (delayed scaling) or used itself (current scaling, the LM head, an empty
- * history). */
+ * history).  *record: where the amax is pending, the device float that the FP8 GEMM of
+ * this call must set (kdev_fp8_amax: from the pass that quantises x); else NULL, the amax
+ * already taken. */
 static int tensor_scale(kdev *dev, fp8_layer *f, int kind, int u, int t, const float *x,
-                        size_t n, kfp8_format fmt, float *scale, hearth_err *err)
+                        size_t n, kfp8_format fmt, float *scale, float **record,
+                        hearth_err *err)
 {
     fp8_shared *sh = f->fm->sh;
     const fp8_plan *p = &sh->plan;
     int rc, delayed = !p->current && kind != FP8_LM_HEAD;
     size_t H = (size_t)p->history, k = (f->unit0 + (size_t)u) * 3 + (size_t)t;
     float *h = sh->hist + k * H, hm = 0.0f, amax;
+    *record = NULL;
     if (delayed) {
         if (sh->pending && sh->pending[k] && (rc = amax_flush(sh, err)))
             return rc;
@@ -431,7 +435,7 @@ static int tensor_scale(kdev *dev, fp8_layer *f, int kind, int u, int t, const f
         if (amax_can_wait(f, kind, hm, dev)) {
             if ((rc = amax_wait_alloc(sh, dev, err)))
                 return rc;
-            kdev_amax_dev(dev, sh->amax_dev + k, x, n);
+            *record = sh->amax_dev + k;
             sh->pending[k] = 1;
             sh->n_pending++;
             *scale = kcpu_fp8_scale(hm, fmt, p->margin, 1.0f);
@@ -481,6 +485,7 @@ int fp8_linear_forward(kdev *dev, fp8_layer *f, int kind, int e, int tokens, flo
     size_t nx = (size_t)M * K, nw = (size_t)N * K;
     int u = unit_of(f, kind, e), rc;
     float sx, sw;
+    kdev_fp8_amax rec = { NULL, NULL, NULL };   /* the amaxes this call's GEMM records */
     if (f->replay) {
         /* The forward's own scales: the same quantised operands, so the same output bit
          * for bit, and no amax recorded twice.  No tp reduction either: every rank of the
@@ -488,8 +493,8 @@ int fp8_linear_forward(kdev *dev, fp8_layer *f, int kind, int e, int tokens, flo
         if ((rc = replay_scales(f, kind, u, &sx, &sw, err)))
             return rc;
     } else {
-        if ((rc = tensor_scale(dev, f, kind, u, T_X, inp, nx, KFP8_E4M3, &sx, err)) ||
-            (rc = tensor_scale(dev, f, kind, u, T_W, w, nw, KFP8_E4M3, &sw, err)))
+        if ((rc = tensor_scale(dev, f, kind, u, T_X, inp, nx, KFP8_E4M3, &sx, &rec.x, err)) ||
+            (rc = tensor_scale(dev, f, kind, u, T_W, w, nw, KFP8_E4M3, &sw, &rec.w, err)))
             return rc;
         f->saved[2 * u] = sx;
         f->saved[2 * u + 1] = sw;
@@ -497,12 +502,12 @@ int fp8_linear_forward(kdev *dev, fp8_layer *f, int kind, int e, int tokens, flo
     /* The device's FP8 GEMM; where it has none for the shape (the cpu: never), the
      * emulation in the fp32 scratch, which is allocated only then.  Other failures show
      * in the device's status, as for every op. */
-    if (kdev_fp8_matmul_forward(dev, NULL, out, inp, w, bias, M, K, N, sx, sw) ==
+    if (kdev_fp8_matmul_forward(dev, NULL, out, inp, w, bias, M, K, N, sx, sw, &rec) ==
         HERR_NOALGO) {
         float *ws = scratch(dev, f, nx + nw, err);
         if (!ws)
             return HERR_NOMEM;
-        kdev_fp8_matmul_forward(dev, ws, out, inp, w, bias, M, K, N, sx, sw);
+        kdev_fp8_matmul_forward(dev, ws, out, inp, w, bias, M, K, N, sx, sw, &rec);
     }
     return 0;
 }
@@ -523,20 +528,22 @@ static int linear_backward(kdev *dev, fp8_layer *f, int kind, int e, float *dinp
     size_t nx = (size_t)M * K, nw = (size_t)N * K, ny = (size_t)M * N;
     int u = unit_of(f, kind, e), rc;
     float sx = f->saved[2 * u], sw = f->saved[2 * u + 1], sd;
+    kdev_fp8_amax rec = { NULL, NULL, NULL };   /* dy's amax, where this call records it */
+    float *none;   /* the LM head's current scaling records nothing */
     /* the LM head's current scaling: recompute exactly what this chunk's forward used */
     if (kind == FP8_LM_HEAD &&
-        ((rc = tensor_scale(dev, f, kind, u, T_X, inp, nx, KFP8_E4M3, &sx, err)) ||
-         (rc = tensor_scale(dev, f, kind, u, T_W, w, nw, KFP8_E4M3, &sw, err))))
+        ((rc = tensor_scale(dev, f, kind, u, T_X, inp, nx, KFP8_E4M3, &sx, &none, err)) ||
+         (rc = tensor_scale(dev, f, kind, u, T_W, w, nw, KFP8_E4M3, &sw, &none, err))))
         return rc;
-    if ((rc = tensor_scale(dev, f, kind, u, T_DY, dout, ny, KFP8_E5M2, &sd, err)))
+    if ((rc = tensor_scale(dev, f, kind, u, T_DY, dout, ny, KFP8_E5M2, &sd, &rec.dy, err)))
         return rc;
     if (kdev_fp8_matmul_backward(dev, NULL, dinp, dw, dout, inp, w, M, K, N, sx, sw, sd,
-                                 KFP8_E5M2) == HERR_NOALGO) {   /* as in the forward */
+                                 KFP8_E5M2, &rec) == HERR_NOALGO) {   /* as in the forward */
         float *ws = scratch(dev, f, ny + (dw ? nx : 0) + (dinp ? nw : 0), err);
         if (!ws)
             return HERR_NOMEM;
         kdev_fp8_matmul_backward(dev, ws, dinp, dw, dout, inp, w, M, K, N, sx, sw, sd,
-                                 KFP8_E5M2);
+                                 KFP8_E5M2, &rec);
     }
     if (db)         /* the bias gradient from the unquantised dy, as the fused GPU cast */
         kdev_matmul_backward(dev, NULL, NULL, db, dout, NULL, NULL, M, K, N);

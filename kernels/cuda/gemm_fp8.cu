@@ -42,20 +42,16 @@ enum { DT_FP8 = 16 };
 
 /* ---- quantisation -----------------------------------------------------------------------
  * One block per 32 x 32 tile: its rows are read once (coalesced), the codes go to q in
- * place and through shared memory to qt transposed (coalesced too).  With amax, the same
- * read gives max |x|: as unsigned bits (|x| is non-negative, so its float order is its
- * bits' order, and a NaN's bits exceed every number's: NaN wins, as kcpu_amax's NaN),
- * reduced over each warp and added to *amax with one atomicMax per warp. */
+ * place and through shared memory to qt transposed (coalesced too). */
 #define QT_TILE 32
 #define QT_ROWS 8
 
-__global__ void fp8_quantise_kernel(uint8_t *q, uint8_t *qt, unsigned *amax, const float *x,
+__global__ void fp8_quantise_kernel(uint8_t *q, uint8_t *qt, const float *x,
                                     int rows, int cols, float scale, kcuda_fp8_fmt F)
 {
     __shared__ uint8_t tile[QT_TILE][QT_TILE + 4]; /* +4: a row stride of 9 words, no conflicts */
     int r0 = blockIdx.x * QT_TILE, c0 = blockIdx.y * QT_TILE;
     int c = c0 + threadIdx.x;
-    unsigned m = 0;
     for (int j = threadIdx.y; j < QT_TILE; j += QT_ROWS) {
         int r = r0 + j;
         if (r < rows && c < cols) {
@@ -67,13 +63,7 @@ __global__ void fp8_quantise_kernel(uint8_t *q, uint8_t *qt, unsigned *amax, con
             if (q)
                 q[i] = code;
             tile[j][threadIdx.x] = code;
-            m = max(m, __float_as_uint(fabsf(xi)));
         }
-    }
-    if (amax) { /* the same for the whole block */
-        m = __reduce_max_sync(0xffffffffu, m);   /* a warp is one tile row of 32 lanes */
-        if (threadIdx.x == 0)
-            atomicMax(amax, m);
     }
     if (!qt) /* the same for the whole block: no thread waits below alone */
         return;
@@ -86,8 +76,8 @@ __global__ void fp8_quantise_kernel(uint8_t *q, uint8_t *qt, unsigned *amax, con
     }
 }
 
-extern "C" int kcuda_fp8_quantise(kcuda_ctx *ctx, uint8_t *q, uint8_t *qt, float *amax,
-                                  const float *x, int rows, int cols, float scale, int fmt)
+extern "C" int kcuda_fp8_quantise(kcuda_ctx *ctx, uint8_t *q, uint8_t *qt, const float *x,
+                                  int rows, int cols, float scale, int fmt)
 {
     if (rows <= 0 || cols <= 0 || (fmt != KCUDA_FP8_E4M3 && fmt != KCUDA_FP8_E5M2))
         return kcuda_fail(ctx, KCUDA_EARG, "kcuda_fp8_quantise: bad arguments rows=%d "
@@ -97,11 +87,7 @@ extern "C" int kcuda_fp8_quantise(kcuda_ctx *ctx, uint8_t *q, uint8_t *qt, float
         return kcuda_fail(ctx, KCUDA_EARG, "kcuda_fp8_quantise: %d columns are too many",
                           cols);
     dim3 grid((unsigned)((rows + QT_TILE - 1) / QT_TILE), ct), block(QT_TILE, QT_ROWS);
-    if (amax && cudaMemsetAsync(amax, 0, sizeof *amax, ctx->stream) != cudaSuccess)
-        return kcuda_fail(ctx, KCUDA_ECUDA, "kcuda_fp8_quantise: zeroing amax: %s",
-                          cudaGetErrorString(cudaGetLastError()));
-    fp8_quantise_kernel<<<grid, block, 0, ctx->stream>>>(q, qt, (unsigned *)amax, x, rows,
-                                                         cols, scale,
+    fp8_quantise_kernel<<<grid, block, 0, ctx->stream>>>(q, qt, x, rows, cols, scale,
                                                          kcuda_fp8_fmt_of(fmt));
     return kcuda_check_launch(ctx, "fp8_quantise_kernel");
 }

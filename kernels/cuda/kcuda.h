@@ -419,10 +419,9 @@ enum { KCUDA_FP8_E4M3 = 0, KCUDA_FP8_E5M2 = 1 };
  * nearest even, finite values beyond max saturated, NaN kept with its sign, inf to E5M2
  * inf or E4M3 NaN).  q (may be NULL): the codes row-major [rows, cols]; qt (may be NULL):
  * the transpose [cols, rows], the copy a product reducing over the rows needs (FP8 GEMMs
- * want both operands K-major).  amax (may be NULL): a device float set to max |x| (NaN
- * where any element is NaN: kcpu_amax's value) from the same read. */
-int kcuda_fp8_quantise(kcuda_ctx *ctx, uint8_t *q, uint8_t *qt, float *amax, const float *x,
-                       int rows, int cols, float scale, int fmt);
+ * want both operands K-major). */
+int kcuda_fp8_quantise(kcuda_ctx *ctx, uint8_t *q, uint8_t *qt, const float *x, int rows,
+                       int cols, float scale, int fmt);
 /* out[R, C] = (a[R, Kd] . b[C, Kd]^T) * alpha, or += that when accumulate: FP8 codes a
  * (format fa) and b (fb), both row-major with the reduction dimension Kd contiguous
  * (cuBLASLt's "TN", the one FP8 layout of Hopper), fp32 accumulation and fp32 out; alpha

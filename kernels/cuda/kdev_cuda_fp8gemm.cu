@@ -39,11 +39,16 @@ static int carve(kdev *d, uint8_t **b, const size_t *count, int n, const char *o
     return 0;
 }
 
+/* x's codes (and transposed codes), and with amax x's amax recorded first (cuda_amax into
+ * the device float; a max taken inside the quantise kernel, one atomicMax per warp on one
+ * address, made an H100's decoder fc1 layer 0.88x bf16 where this is 1.04x). */
 static int quantise(kdev *d, uint8_t *q, uint8_t *qt, float *amax, const float *x, int rows,
                     int cols, float scale, kfp8_format f, const char *op)
 {
-    return cuda_kc(d, kcuda_fp8_quantise(cuda_st(d)->k, q, qt, amax, x, rows, cols, scale,
-                                         (int)f),
+    int rc = amax ? cuda_amax(d, amax, x, (size_t)rows * cols, 1) : 0;
+    if (rc)
+        return rc;
+    return cuda_kc(d, kcuda_fp8_quantise(cuda_st(d)->k, q, qt, x, rows, cols, scale, (int)f),
                    op);
 }
 

@@ -2,8 +2,7 @@
  * emulation (kernels/cpu/fp8.c) on fresh random inputs:
  *   quantise  kcuda_fp8_quantise's codes equal kcpu_fp8_encode(x * scale) bit for bit
  *             (both formats, three scales, magnitudes 2^-24..2^20 and the special
- *             values), its transposed copy is the transpose, the amax of the same pass
- *             is kcpu_amax's (bit for bit, or both NaN);
+ *             values), its transposed copy is the transpose;
  *   gemm      kcuda_matmul_fp8 on those codes against a double product of the decoded
  *             codes (the emulation's values), written and accumulated, E4M3 x E4M3 and
  *             E5M2 x E4M3; tolerance 1e-3 relative L2: Hopper's FP8 tensor cores add
@@ -52,33 +51,17 @@ static uint8_t *bytes_download(struct gu_pool *p, const uint8_t *d, size_t n)
     return h;
 }
 
-/* The amax the quantise pass recorded at d against kcpu_amax(x, n): the same bits, or
- * both NaN (the GPU's NaN is the canonical one); 0 = as the cpu. */
-static int amax_check(const float *d, const float *x, size_t n, const char *what)
-{
-    float got, want = kcpu_amax(x, n);
-    if (gu_ck(cudaMemcpy(&got, d, sizeof got, cudaMemcpyDeviceToHost), "download amax"))
-        return 1;
-    if (isnan(want) ? isnan(got) : memcmp(&got, &want, sizeof got) == 0)
-        return 0;
-    printf("# %s: amax %.9g, kcpu_amax %.9g\n", what, got, want);
-    return 1;
-}
-
-/* Codes (q) and transposed codes (qt) of x [rows, cols] at scale s, and the amax of the
- * same pass: 0 = as the cpu. */
+/* Codes (q) and transposed codes (qt) of x [rows, cols] at scale s: 0 = as the cpu. */
 static int quantise_case(struct tctx *t, struct gu_pool *p, const float *x, const float *dx,
                          int rows, int cols, float s, int f)
 {
     size_t n = (size_t)rows * cols;
     uint8_t *q = NULL, *qt = NULL;
-    float *am = NULL;
-    if (gu_ck(cudaMalloc(&q, n), "cudaMalloc") || gu_ck(cudaMalloc(&qt, n), "cudaMalloc") ||
-        gu_ck(cudaMalloc(&am, sizeof *am), "cudaMalloc"))
+    if (gu_ck(cudaMalloc(&q, n), "cudaMalloc") || gu_ck(cudaMalloc(&qt, n), "cudaMalloc"))
         return 1;
-    gu_pd(p, q), gu_pd(p, qt), gu_pd(p, am);
-    int rc = kcuda_fp8_quantise(t->k, q, qt, am, dx, rows, cols, s, f);
-    if (!gu_rc_ok(t->k, rc, "kcuda_fp8_quantise") || amax_check(am, x, n, "quantise"))
+    gu_pd(p, q), gu_pd(p, qt);
+    int rc = kcuda_fp8_quantise(t->k, q, qt, dx, rows, cols, s, f);
+    if (!gu_rc_ok(t->k, rc, "kcuda_fp8_quantise"))
         return 1;
     const uint8_t *hq = bytes_download(p, q, n), *hqt = bytes_download(p, qt, n);
     if (!hq || !hqt)
@@ -151,20 +134,18 @@ static int gemm_case(struct tctx *t, int R, int C, int Kd, int fa, int fb)
     void *da = gu_pd(&p, gu_upload(ha, na, 0)), *db = gu_pd(&p, gu_upload(hb, nb, 0));
     void *dout = gu_pd(&p, gu_poisoned(no, 0)), *dacc = gu_pd(&p, gu_upload(o0, no, 0));
     uint8_t *qa = NULL, *qb = NULL;
-    float *am = NULL;   /* a's amax from its quantise pass (finite operands) */
     int fail = 1;
     float sa = kcpu_fp8_scale(kcpu_amax(ha, na), (kfp8_format)fa, 0, 1.0f);
     float sb = kcpu_fp8_scale(kcpu_amax(hb, nb), (kfp8_format)fb, 0, 1.0f);
     float alpha = (1.0f / sa) * (1.0f / sb);
     if (!ref || !da || !db || !dout || !dacc || gu_ck(cudaMalloc(&qa, na), "cudaMalloc") ||
-        gu_ck(cudaMalloc(&qb, nb), "cudaMalloc") || gu_ck(cudaMalloc(&am, 4), "cudaMalloc"))
+        gu_ck(cudaMalloc(&qb, nb), "cudaMalloc"))
         goto out;
-    gu_pd(&p, qa), gu_pd(&p, qb), gu_pd(&p, am);
-    if (!gu_rc_ok(t->k, kcuda_fp8_quantise(t->k, qa, NULL, am, (const float *)da, R, Kd, sa,
-                                           fa), "quantise a") ||
-        amax_check(am, ha, na, "quantise a") ||
-        !gu_rc_ok(t->k, kcuda_fp8_quantise(t->k, qb, NULL, NULL, (const float *)db, C, Kd, sb,
-                                           fb), "quantise b") ||
+    gu_pd(&p, qa), gu_pd(&p, qb);
+    if (!gu_rc_ok(t->k, kcuda_fp8_quantise(t->k, qa, NULL, (const float *)da, R, Kd, sa, fa),
+                  "quantise a") ||
+        !gu_rc_ok(t->k, kcuda_fp8_quantise(t->k, qb, NULL, (const float *)db, C, Kd, sb, fb),
+                  "quantise b") ||
         !gu_rc_ok(t->k, kcuda_matmul_fp8(t->k, (float *)dout, qa, fa, qb, fb, alpha, R, C, Kd,
                                          0), "kcuda_matmul_fp8") ||
         !gu_rc_ok(t->k, kcuda_matmul_fp8(t->k, (float *)dacc, qa, fa, qb, fb, alpha, R, C, Kd,

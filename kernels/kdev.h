@@ -282,9 +282,9 @@ int kdev_fp8_qdq(kdev *d, float *out, const float *x, size_t n, float scale, kfp
  * the call returns HERR_NOALGO having done nothing, and the device's status stays as it
  * was (not a failure), so that a caller allocates ws only where it is needed.
  * amax (may be NULL, and each of its pointers): DEVICE floats that the call also sets to
- * kcpu_amax of its operands (forward: x = inp's, w = w's;
- * backward: dy = dout's), in stream order; the cuda backend takes them from the pass that
- * quantises the operand, so recording them costs no extra read. */
+ * kcpu_amax of its operands (forward: x = inp's, w = w's; backward: dy = dout's), in
+ * stream order, without waiting: a caller that needs them later reads many with one
+ * kdev_download. */
 typedef struct {
     float *x, *w, *dy;
 } kdev_fp8_amax;

@@ -416,7 +416,7 @@ static int amax_wait_alloc(fp8_shared *sh, kdev *dev, hearth_err *err)
 /* *scale: the scale of tensor t (x[n]) of unit u for this call, x's amax recorded in the
  * history (delayed scaling) or used itself (current scaling, the LM head, an empty
  * history).  *record: where the amax is pending, the device float that the FP8 GEMM of
- * this call must set (kdev_fp8_amax: from the pass that quantises x); else NULL, the amax
+ * this call must set (kdev_fp8_amax, in stream order, no wait); else NULL, the amax
  * already taken. */
 static int tensor_scale(kdev *dev, fp8_layer *f, int kind, int u, int t, const float *x,
                         size_t n, kfp8_format fmt, float *scale, float **record,

@@ -295,6 +295,64 @@ int kdev_sync(kdev *d)
     return note(d, d->ops->sync(d));
 }
 
+size_t kdev_act_bytes(const kdev *d)
+{
+    return d->ops->act_bytes(d);
+}
+
+int kdev_alloc_act(kdev *d, void **p, size_t count)
+{
+    *p = NULL;
+    return note(d, d->ops->alloc_act(d, p, count));
+}
+
+/* bf16 bits of x rounded to nearest even (NaN stays NaN), as __float2bfloat16_rn. */
+static uint16_t bf16_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float bf16_value(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+int kdev_act_upload(kdev *d, void *dst, const float *host, size_t n)
+{
+    if (kdev_act_bytes(d) == sizeof(float))
+        return kdev_upload(d, dst, host, n * sizeof(float));
+    uint16_t *b = malloc(n ? n * sizeof *b : 1);
+    if (!b)
+        return note(d, kdev_fail(d, HERR_NOMEM, "act_upload: out of memory for %zu values", n));
+    for (size_t i = 0; i < n; i++)
+        b[i] = bf16_bits(host[i]);
+    int rc = kdev_upload(d, dst, b, n * sizeof *b);
+    free(b);
+    return rc;
+}
+
+int kdev_act_download(kdev *d, float *host, const void *src, size_t n)
+{
+    if (kdev_act_bytes(d) == sizeof(float))
+        return kdev_download(d, host, src, n * sizeof(float));
+    uint16_t *b = malloc(n ? n * sizeof *b : 1);
+    if (!b)
+        return note(d, kdev_fail(d, HERR_NOMEM, "act_download: out of memory for %zu values", n));
+    int rc = kdev_download(d, b, src, n * sizeof *b);
+    for (size_t i = 0; !rc && i < n; i++)
+        host[i] = bf16_value(b[i]);
+    free(b);
+    return rc;
+}
+
 int kdev_set_precision(kdev *d, kdev_precision p)
 {
     return note(d, d->ops->set_precision(d, p));

@@ -10,8 +10,8 @@
  * Memory.  Every tensor pointer passed below is DEVICE memory of the same device
  * (kdev_alloc); on the cpu backend that is host memory.  The only ways in and out are
  * kdev_upload / kdev_download.  Element types: float (fp32) unless said otherwise, int
- * for index arrays, double where a reduction needs it.  In this version activations are
- * fp32 on every backend.
+ * for index arrays, double where a reduction needs it, and the activation type in
+ * activation memory (kdev_alloc_act, below).
  *
  * Semantics.  Each op is the kernels.h function of the same name (kcpu_*): the same
  * shapes, the same accumulate-into-gradients (+=) rule, NULL = gradient not wanted.  The
@@ -93,6 +93,28 @@ int kdev_fill(kdev *d, float *x, size_t n, float value);
 typedef enum { KDEV_PREC_FP32 = 0, KDEV_PREC_BF16 = 1 } kdev_precision;
 int kdev_set_precision(kdev *d, kdev_precision p);
 
+/* ---- activation memory ---------------------------------------------------------------
+ * Memory from kdev_alloc_act holds elements of the device's activation type, kdev_act_bytes
+ * wide: fp32 (4) on the cpu and at FP32, bf16 (2, bits of round-to-nearest-even) on cuda
+ * at BF16: half the bytes every producer writes and every consumer reads.  A pointer into
+ * activation memory is passed where a float pointer is declared, and only where an op
+ * below marks the argument "act": those ops read or write it in the activation type, and
+ * a backend refuses activation memory of another type than fp32 elsewhere (HERR_ARG), so
+ * that it is never read as floats.  Offsets into it count kdev_act_bytes per element
+ * (kdev_act_at).  The type is fixed when the memory is allocated: kdev_set_precision
+ * fails (HERR_CONFIG) while activation memory of the other type is held.
+ * act_upload / act_download: n fp32 values into / out of activation memory (rounded to
+ * the type; both wait, as kdev_upload / kdev_download). */
+size_t kdev_act_bytes(const kdev *d);
+int kdev_alloc_act(kdev *d, void **p, size_t count);
+int kdev_act_upload(kdev *d, void *dst, const float *host, size_t n);
+int kdev_act_download(kdev *d, float *host, const void *src, size_t n);
+/* Element i of activation memory at p. */
+static inline float *kdev_act_at(const kdev *d, float *p, size_t i)
+{
+    return (float *)((char *)p + i * kdev_act_bytes(d));
+}
+
 /* Per-op profile.  kdev_profile_start: from now on every op marks the stream (a CUDA
  * event; the host clock on the cpu backend), so the ops tile the stream's timeline: an
  * op is charged from its own mark to the next op's (a GPU idling while the host prepares
@@ -119,7 +141,9 @@ int kdev_gather_rows(kdev *d, float *dst, const float *src, const int *idx, int 
 int kdev_scatter_rows(kdev *d, float *dst, const float *src, const int *idx, int n, int C);
 int kdev_add_bias(kdev *d, float *x, const float *bias, int n, int C);
 
-/* ---- kernels.h, on the device -------------------------------------------------------- */
+/* ---- kernels.h, on the device --------------------------------------------------------
+ * act: matmul_forward/backward inp; rmsnorm/layernorm_forward out; attention_forward out
+ * and attention_backward out; swiglu/gelu_forward out (see "activation memory"). */
 int kdev_matmul_forward(kdev *d, float *out, const float *inp, const float *weight,
                         const float *bias, int M, int K, int N);
 int kdev_matmul_backward(kdev *d, float *dinp, float *dweight, float *dbias,

@@ -27,7 +27,7 @@ extern "C" {
 #define KDEV_CUDA_ENTRY_NAME "hearth_kdev_cuda_ops"
 /* Bumped whenever kdev_ops or struct kdev changes: a library of another version is
  * refused rather than called through a table of another layout. */
-#define KDEV_ABI 12
+#define KDEV_ABI 13
 
 struct kdev {
     const kdev_ops *ops;
@@ -58,6 +58,8 @@ struct kdev_ops {
     int (*fill)(kdev *d, float *x, size_t n, float value);
     int (*sync)(kdev *d);
     int (*set_precision)(kdev *d, kdev_precision p);
+    size_t (*act_bytes)(const kdev *d);
+    int (*alloc_act)(kdev *d, void **p, size_t count);
     void (*mem_stats)(const kdev *d, size_t *peak, size_t *current);
     /* Profile marks (kdev_profile_start): mark i at the stream's current position (i <
      * KDEV_PROF_MARKS); read: waits for mark n - 1, ms[i] = time from mark i to mark

@@ -124,6 +124,18 @@ static int cpu_set_precision(kdev *d, kdev_precision p)
     return 0;
 }
 
+/* Activations are fp32 on the cpu: activation memory is ordinary memory. */
+static size_t cpu_act_bytes(const kdev *d)
+{
+    (void)d;
+    return sizeof(float);
+}
+
+static int cpu_alloc_act(kdev *d, void **p, size_t count)
+{
+    return cpu_alloc(d, p, count * sizeof(float));
+}
+
 /* The cpu runs each op when it is called: the host clock is the op's time. */
 static int cpu_prof_mark(kdev *d, int i)
 {
@@ -627,6 +639,8 @@ static const kdev_ops cpu_ops = {
     .fill = cpu_fill,
     .sync = cpu_sync,
     .set_precision = cpu_set_precision,
+    .act_bytes = cpu_act_bytes,
+    .alloc_act = cpu_alloc_act,
     .mem_stats = cpu_mem_stats,
     .prof_mark = cpu_prof_mark,
     .prof_read = cpu_prof_read,

@@ -26,8 +26,8 @@ __device__ __forceinline__ float gelu_grad(float x, int erf_kind)
 
 /* Elements [0, nv * W) in W-element groups (16-byte accesses when W > 1), the rest one by
  * one by the same grid. */
-template <typename T, int W>
-__global__ void gelu_fwd_kernel(T *out, const T *inp, size_t n, int erf_kind)
+template <typename T, int W, typename TO = T>
+__global__ void gelu_fwd_kernel(TO *out, const T *inp, size_t n, int erf_kind)
 {
     size_t stride = (size_t)gridDim.x * blockDim.x, nv = n / W;
     size_t t0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -85,19 +85,21 @@ static int gelu_args(kcuda_ctx *ctx, const void *a, const void *b, int kind, con
     return KCUDA_OK;
 }
 
-template <typename T>
-static int fwd(kcuda_ctx *ctx, T *out, const T *inp, size_t n, int kind)
+/* TO: the output's type (T, or bf16 from fp32: kdev's activation memory); W follows the
+ * input's 16-byte access. */
+template <typename T, typename TO = T>
+static int fwd(kcuda_ctx *ctx, TO *out, const T *inp, size_t n, int kind)
 {
     int rc = gelu_args(ctx, out, inp, kind, "kcuda_gelu_forward");
     if (rc < 0 || n == 0)
         return rc;
     const int W = kcuda_vec<T>::n;
     if (kcuda_vec_ok<T>(0, out, inp))
-        gelu_fwd_kernel<T, W><<<gelu_blocks(n, W), GELU_THREADS, 0, ctx->stream>>>(out, inp, n,
-                                                                                 kind);
+        gelu_fwd_kernel<T, W, TO><<<gelu_blocks(n, W), GELU_THREADS, 0, ctx->stream>>>(
+            out, inp, n, kind);
     else
-        gelu_fwd_kernel<T, 1><<<gelu_blocks(n, 1), GELU_THREADS, 0, ctx->stream>>>(out, inp, n,
-                                                                                 kind);
+        gelu_fwd_kernel<T, 1, TO><<<gelu_blocks(n, 1), GELU_THREADS, 0, ctx->stream>>>(
+            out, inp, n, kind);
     return kcuda_check_launch(ctx, "gelu_fwd_kernel");
 }
 
@@ -145,4 +147,10 @@ extern "C" int kcuda_gelu_backward_f32(kcuda_ctx *ctx, float *dinp, const float 
                                        const float *inp, size_t n, int kind, int accumulate)
 {
     return bwd<float>(ctx, dinp, dout, inp, n, kind, accumulate);
+}
+
+extern "C" int kcuda_gelu_forward_f32_bf16out(kcuda_ctx *ctx, kcuda_bf16 *out, const float *inp,
+                                              size_t n, int kind)
+{
+    return fwd<float, bf>(ctx, (bf *)out, inp, n, kind);
 }

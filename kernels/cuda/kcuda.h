@@ -124,6 +124,10 @@ int kcuda_rmsnorm_backward_bf16(kcuda_ctx *ctx, kcuda_bf16 *dinp, float *dweight
                                 const kcuda_bf16 *weight, const float *rstd, int N, int C);
 int kcuda_rmsnorm_forward_f32(kcuda_ctx *ctx, float *out, float *rstd, const float *inp,
                               const float *weight, int N, int C, float eps);
+/* fp32 input and weight, bf16 output (an activation stored in bf16, kdev.h). */
+int kcuda_rmsnorm_forward_f32_bf16out(kcuda_ctx *ctx, kcuda_bf16 *out, float *rstd,
+                                      const float *inp, const float *weight, int N, int C,
+                                      float eps);
 int kcuda_rmsnorm_backward_f32(kcuda_ctx *ctx, float *dinp, float *dweight,
                                const float *dout, const float *inp, const float *weight,
                                const float *rstd, int N, int C);
@@ -136,6 +140,8 @@ int kcuda_swiglu_forward_bf16(kcuda_ctx *ctx, kcuda_bf16 *out, const kcuda_bf16 
 int kcuda_swiglu_backward_bf16(kcuda_ctx *ctx, kcuda_bf16 *dinp, const kcuda_bf16 *dout,
                                const kcuda_bf16 *inp, int N, int F, int accumulate);
 int kcuda_swiglu_forward_f32(kcuda_ctx *ctx, float *out, const float *inp, int N, int F);
+int kcuda_swiglu_forward_f32_bf16out(kcuda_ctx *ctx, kcuda_bf16 *out, const float *inp,
+                                     int N, int F);
 int kcuda_swiglu_backward_f32(kcuda_ctx *ctx, float *dinp, const float *dout,
                               const float *inp, int N, int F, int accumulate);
 
@@ -180,6 +186,9 @@ int kcuda_layernorm_backward_bf16(kcuda_ctx *ctx, kcuda_bf16 *dinp, float *dweig
 int kcuda_layernorm_forward_f32(kcuda_ctx *ctx, float *out, float *mean, float *rstd,
                                 const float *inp, const float *weight, const float *bias,
                                 int N, int C, float eps);
+int kcuda_layernorm_forward_f32_bf16out(kcuda_ctx *ctx, kcuda_bf16 *out, float *mean,
+                                        float *rstd, const float *inp, const float *weight,
+                                        const float *bias, int N, int C, float eps);
 int kcuda_layernorm_backward_f32(kcuda_ctx *ctx, float *dinp, float *dweight, float *dbias,
                                  const float *dout, const float *inp, const float *weight,
                                  const float *mean, const float *rstd, int N, int C);
@@ -218,6 +227,8 @@ int kcuda_gelu_forward_bf16(kcuda_ctx *ctx, kcuda_bf16 *out, const kcuda_bf16 *i
 int kcuda_gelu_backward_bf16(kcuda_ctx *ctx, kcuda_bf16 *dinp, const kcuda_bf16 *dout,
                              const kcuda_bf16 *inp, size_t n, int kind, int accumulate);
 int kcuda_gelu_forward_f32(kcuda_ctx *ctx, float *out, const float *inp, size_t n, int kind);
+int kcuda_gelu_forward_f32_bf16out(kcuda_ctx *ctx, kcuda_bf16 *out, const float *inp,
+                                   size_t n, int kind);
 int kcuda_gelu_backward_f32(kcuda_ctx *ctx, float *dinp, const float *dout, const float *inp,
                             size_t n, int kind, int accumulate);
 

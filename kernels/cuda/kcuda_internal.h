@@ -165,11 +165,25 @@ __device__ __forceinline__ void kcuda_ldw(float *f, const T *p)
         kcuda_ld16(f, p);
 }
 
+/* 4 bf16 in one 8-byte store (fp32 rows of W = 4 written as bf16). */
+__device__ __forceinline__ void kcuda_st8(__nv_bfloat16 *p, const float *f)
+{
+    uint2 v;
+    __nv_bfloat162 *h = (__nv_bfloat162 *)&v;
+    h[0] = __floats2bfloat162_rn(f[0], f[1]);
+    h[1] = __floats2bfloat162_rn(f[2], f[3]);
+    *(uint2 *)p = v;
+}
+
+/* W elements of T: one store of W * sizeof(T) bytes (16, or 8 for 4 bf16; the pointer
+ * aligned to that). */
 template <int W, typename T>
 __device__ __forceinline__ void kcuda_stw(T *p, const float *f)
 {
     if constexpr (W == 1)
         kcuda_st(p, f[0]);
+    else if constexpr (W * sizeof(T) == 8)
+        kcuda_st8(p, f);
     else
         kcuda_st16(p, f);
 }

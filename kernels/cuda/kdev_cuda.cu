@@ -71,6 +71,7 @@ static void cuda_fini(kdev *d)
         cudaStreamSynchronize(s->stream);
     cuda_release_all(d); /* blocks the caller did not release: not leaked past the device */
     free(s->map);
+    free(s->act);
     if (s->marks)
         for (int k = 0; k < KDEV_PROF_MARKS; k++)
             if (s->marks[k])
@@ -177,6 +178,9 @@ static int cuda_set_precision(kdev *d, kdev_precision p)
 {
     if (p != KDEV_PREC_FP32 && p != KDEV_PREC_BF16)
         return kdev_fail(d, HERR_ARG, "set_precision: unknown precision %d", (int)p);
+    if (cuda_st(d)->act_n && p != cuda_st(d)->prec)
+        return kdev_fail(d, HERR_CONFIG, "set_precision: bf16 activation memory is held "
+                         "(release it first)");
     cuda_st(d)->prec = p;
     kcuda_ctx_set_f32_math(cuda_st(d)->k, p == KDEV_PREC_BF16 ? KCUDA_F32_BF16 : KCUDA_F32_EXACT);
     return 0;
@@ -200,6 +204,8 @@ static const kdev_ops cuda_ops = {
     .fill = cuda_fill,
     .sync = cuda_sync,
     .set_precision = cuda_set_precision,
+    .act_bytes = cuda_act_bytes,
+    .alloc_act = cuda_alloc_act,
     .mem_stats = cuda_mem_stats,
     .prof_mark = cuda_prof_mark,
     .prof_read = cuda_prof_read,

@@ -389,18 +389,43 @@ static int cuda_att_bwd(kdev *d, const char *op, float *dq, float *dk, float *dv
     return 0;
 }
 
+/* q, k, v are fp32 in every attention op. */
+static int no_act16_qkv(kdev *d, const char *op, const float *q, const float *k,
+                        const float *v)
+{
+    int rc = cuda_no_act16(d, op, "q", q);
+    if (!rc)
+        rc = cuda_no_act16(d, op, "k", k);
+    return rc ? rc : cuda_no_act16(d, op, "v", v);
+}
+
 int cuda_attention_forward(kdev *d, float *out, float *lse, const float *q, const float *k,
                            const float *v, const int *cu_seqlens, int nseq, int max_seqlen,
                            int N, int Hq, int Hkv, int D, int causal)
 {
     static const char op[] = "attention_forward";
+    if (int rc = no_act16_qkv(d, op, q, k, v))
+        return rc;
     if (cuda_st(d)->prec == KDEV_PREC_BF16 && cuda_attention16_fits(D))
         return cuda_attention16_forward(d, out, lse, q, k, v, cu_seqlens, nseq, max_seqlen, N,
                                         Hq, Hkv, D, causal);
+    /* the fp32 kernels; an out in bf16 activation memory gets their result rounded */
+    size_t nq = (size_t)N * Hq * D;
+    float *o = out;
+    int rc = 0;
+    if (cuda_act16(d, out))
+        rc = cuda_err(d, cudaMallocAsync((void **)&o, nq * sizeof(float), cuda_stream(d)), op);
+    if (rc)
+        return rc;
     cuda_att a;
-    int rc = cuda_att_setup(d, op, &a, q, k, v, cu_seqlens, NULL, cu_seqlens, NULL, nseq,
-                            max_seqlen, Hq, Hkv, D, causal);
-    return rc ? (rc > 0 ? 0 : rc) : cuda_att_fwd(d, op, out, lse, a, nseq, 0);
+    rc = cuda_att_setup(d, op, &a, q, k, v, cu_seqlens, NULL, cu_seqlens, NULL, nseq,
+                        max_seqlen, Hq, Hkv, D, causal);
+    rc = rc ? (rc > 0 ? 0 : rc) : cuda_att_fwd(d, op, o, lse, a, nseq, 0);
+    if (o == out)
+        return rc;
+    if (!rc)
+        rc = cuda_to_bf16(d, (kcuda_bf16 *)out, o, nq, op);
+    return cuda_act_f32_free(d, o, rc);
 }
 
 int cuda_attention_backward(kdev *d, float *dq, float *dk, float *dv, const float *dout,
@@ -409,6 +434,10 @@ int cuda_attention_backward(kdev *d, float *dq, float *dk, float *dv, const floa
                             int N, int Hq, int Hkv, int D, int causal, int set)
 {
     static const char op[] = "attention_backward";
+    if (int rc = no_act16_qkv(d, op, q, k, v))
+        return rc;
+    if (int rc = cuda_no_act16(d, op, "dout", dout))
+        return rc;
     if (cuda_st(d)->prec == KDEV_PREC_BF16 && cuda_attention16_fits(D))
         return cuda_attention16_backward(d, dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens,
                                          nseq, max_seqlen, N, Hq, Hkv, D, causal, set);
@@ -422,11 +451,16 @@ int cuda_attention_backward(kdev *d, float *dq, float *dk, float *dv, const floa
         if (rc)
             return rc;
     }
+    float *o = NULL;   /* an fp32 copy of an out in bf16 activation memory */
+    int rc = cuda_act_f32(d, &o, out, nq, op);
+    if (rc)
+        return rc;
     cuda_att a;
-    int rc = cuda_att_setup(d, op, &a, q, k, v, cu_seqlens, NULL, cu_seqlens, NULL, nseq,
-                            max_seqlen, Hq, Hkv, D, causal);
-    return rc ? (rc > 0 ? 0 : rc)
-              : cuda_att_bwd(d, op, dq, dk, dv, dout, out, lse, a, nseq, max_seqlen);
+    rc = cuda_att_setup(d, op, &a, q, k, v, cu_seqlens, NULL, cu_seqlens, NULL, nseq,
+                        max_seqlen, Hq, Hkv, D, causal);
+    rc = rc ? (rc > 0 ? 0 : rc)
+            : cuda_att_bwd(d, op, dq, dk, dv, dout, o ? o : out, lse, a, nseq, max_seqlen);
+    return cuda_act_f32_free(d, o, rc);
 }
 
 int cuda_attention_block_forward(kdev *d, float *out, float *lse, const float *q,
@@ -435,6 +469,8 @@ int cuda_attention_block_forward(kdev *d, float *out, float *lse, const float *q
                                  int max_q, int max_k, int Hq, int Hkv, int D, int causal)
 {
     static const char op[] = "attention_block_forward";
+    if (int rc = cuda_no_act16(d, op, "out", out))
+        return rc;
     cuda_att a;
     int rc = cuda_att_setup(d, op, &a, q, k, v, q_cu, q_pos, k_cu, k_pos, nseq, max_q, Hq, Hkv,
                             D, causal);
@@ -451,6 +487,8 @@ int cuda_attention_block_backward(kdev *d, float *dq, float *dk, float *dv, cons
                                   int causal)
 {
     static const char op[] = "attention_block_backward";
+    if (int rc = cuda_no_act16(d, op, "out", out))
+        return rc;
     cuda_att a;
     int rc = cuda_att_setup(d, op, &a, q, k, v, q_cu, q_pos, k_cu, k_pos, nseq, max_q, Hq, Hkv,
                             D, causal);

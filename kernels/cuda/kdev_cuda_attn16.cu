@@ -9,7 +9,9 @@
  *             them (kdev's backward accumulates; its _set form writes them).
  * The copies live in the device scratch (kdev_cuda.cu), carved at 256-byte boundaries
  * (the kernels want 16-byte aligned rows).  Everything is in stream order and nothing
- * here synchronises.  The conversions round to nearest even, as __float2bfloat16_rn. */
+ * here synchronises.  The conversions round to nearest even, as __float2bfloat16_rn.
+ * An out in bf16 activation memory (kdev.h) is the kernels' bf16 output and input as it
+ * lies: not converted either way. */
 #include "cuda/kdev_cuda_internal.h"
 
 int cuda_attention16_fits(int D)
@@ -25,9 +27,12 @@ int cuda_attention16_forward(kdev *d, float *out, float *lse, const float *q, co
     if (N <= 0 || nseq <= 0 || max_seqlen <= 0)
         return 0;
     size_t nq = (size_t)N * Hq * D, nk = (size_t)N * Hkv * D;
-    size_t count[4] = { nq, nk, nk, nq };
+    int out16 = cuda_act16(d, out);
+    size_t count[4] = { nq, nk, nk, out16 ? 0 : nq };
     kcuda_bf16 *b[4];   /* q, k, v, out */
     int rc = cuda_carve_bf16(d, b, count, 4, op);
+    if (out16)
+        b[3] = (kcuda_bf16 *)out;
     if (!rc)
         rc = cuda_to_bf16(d, b[0], q, nq, op);
     if (!rc)
@@ -39,7 +44,7 @@ int cuda_attention16_forward(kdev *d, float *out, float *lse, const float *q, co
                                                      cu_seqlens, nseq, max_seqlen, Hq, Hkv, D,
                                                      causal),
                      op);
-    return rc ? rc : cuda_from_bf16(d, out, b[3], nq, 0, op);
+    return rc || out16 ? rc : cuda_from_bf16(d, out, b[3], nq, 0, op);
 }
 
 int cuda_attention16_backward(kdev *d, float *dq, float *dk, float *dv, const float *dout,
@@ -52,12 +57,17 @@ int cuda_attention16_backward(kdev *d, float *dq, float *dk, float *dv, const fl
     if (N <= 0 || nseq <= 0 || max_seqlen <= 0 || (!dq && !dk && !dv))
         return 0;
     size_t nq = (size_t)N * Hq * D, nk = (size_t)N * Hkv * D;
-    size_t count[8] = { nq, nk, nk, nq, nq, dq ? nq : 0, dk ? nk : 0, dv ? nk : 0 };
+    int out16 = cuda_act16(d, out);
+    size_t count[8] = { nq, nk, nk, out16 ? 0 : nq, nq, dq ? nq : 0, dk ? nk : 0,
+                        dv ? nk : 0 };
     kcuda_bf16 *b[8];   /* q, k, v, out, dout, dq, dk, dv */
     int rc = cuda_carve_bf16(d, b, count, 8, op);
-    const float *src[5] = { q, k, v, out, dout };
+    if (out16)
+        b[3] = (kcuda_bf16 *)out;
+    const float *src[5] = { q, k, v, out16 ? NULL : out, dout };
     for (int i = 0; !rc && i < 5; i++)
-        rc = cuda_to_bf16(d, b[i], src[i], count[i], op);
+        if (src[i])
+            rc = cuda_to_bf16(d, b[i], src[i], count[i], op);
     for (int i = 5; !rc && i < 8; i++)
         if (count[i])
             rc = cuda_err(d, cudaMemsetAsync(b[i], 0, count[i] * sizeof(kcuda_bf16),

@@ -176,3 +176,23 @@ int cuda_carve_bf16(kdev *d, kcuda_bf16 **p, const size_t *count, int n, const c
     return 0;
 }
 
+
+int cuda_act_f32(kdev *d, float **x, const float *src, size_t n, const char *op)
+{
+    *x = NULL;
+    if (!cuda_act16(d, src) || n == 0)
+        return 0;
+    float *t = NULL;
+    int rc = cuda_err(d, cudaMallocAsync((void **)&t, n * sizeof(float), cuda_stream(d)), op);
+    if (rc)
+        return rc;
+    *x = t;
+    return cuda_from_bf16(d, t, (const kcuda_bf16 *)src, n, 0, op);
+}
+
+int cuda_act_f32_free(kdev *d, float *x, int rc)
+{
+    if (x)
+        cudaFreeAsync(x, cuda_stream(d));
+    return rc;
+}

@@ -39,15 +39,19 @@ static int carve(kdev *d, uint8_t **b, const size_t *count, int n, const char *o
     return 0;
 }
 
-/* x's codes (and transposed codes), and with amax x's amax recorded first (cuda_amax into
- * the device float; a max taken inside the quantise kernel, one atomicMax per warp on one
- * address, made an H100's decoder fc1 layer 0.88x bf16 where this is 1.04x). */
-static int quantise(kdev *d, uint8_t *q, uint8_t *qt, float *amax, const float *x, int rows,
-                    int cols, float scale, kfp8_format f, const char *op)
+/* amax (a device float, NULL: not wanted) = x's amax, by cuda_amax (a max taken inside the
+ * quantise kernel, one atomicMax per warp on one address, made an H100's decoder fc1
+ * layer 0.88x bf16 where this is 1.04x).  Every amax of a call is recorded before the
+ * scratch is carved: cuda_amax's partial maxima use the scratch's start too. */
+static int record_amax(kdev *d, float *amax, const float *x, size_t n)
 {
-    int rc = amax ? cuda_amax(d, amax, x, (size_t)rows * cols, 1) : 0;
-    if (rc)
-        return rc;
+    return amax ? cuda_amax(d, amax, x, n, 1) : 0;
+}
+
+/* x's codes (and transposed codes). */
+static int quantise(kdev *d, uint8_t *q, uint8_t *qt, const float *x, int rows, int cols,
+                    float scale, kfp8_format f, const char *op)
+{
     return cuda_kc(d, kcuda_fp8_quantise(cuda_st(d)->k, q, qt, x, rows, cols, scale, (int)f),
                    op);
 }
@@ -58,15 +62,21 @@ int cuda_fp8_matmul_forward(kdev *d, float *ws, float *out, const float *inp, co
 {
     static const char op[] = "fp8_matmul_forward";
     (void)ws;   /* the emulation's: the FP8 bytes live in the device scratch */
+    if (int rc = cuda_no_act16(d, op, "inp", inp))
+        return rc;
     if (!kcuda_matmul_fp8_fits(out, M, N, K))
         return HERR_NOALGO;
     size_t count[2] = { (size_t)M * K, (size_t)N * K };
     uint8_t *b[2];   /* qx, qw */
-    int rc = carve(d, b, count, 2, op);
+    int rc = record_amax(d, amax ? amax->x : NULL, inp, count[0]);
     if (!rc)
-        rc = quantise(d, b[0], NULL, amax ? amax->x : NULL, inp, M, K, sx, KFP8_E4M3, op);
+        rc = record_amax(d, amax ? amax->w : NULL, w, count[1]);
     if (!rc)
-        rc = quantise(d, b[1], NULL, amax ? amax->w : NULL, w, N, K, sw, KFP8_E4M3, op);
+        rc = carve(d, b, count, 2, op);
+    if (!rc)
+        rc = quantise(d, b[0], NULL, inp, M, K, sx, KFP8_E4M3, op);
+    if (!rc)
+        rc = quantise(d, b[1], NULL, w, N, K, sw, KFP8_E4M3, op);
     if (rc)
         return rc;
     rc = kcuda_matmul_fp8(cuda_st(d)->k, out, b[0], KCUDA_FP8_E4M3, b[1], KCUDA_FP8_E4M3,
@@ -84,6 +94,8 @@ int cuda_fp8_matmul_backward(kdev *d, float *ws, float *dinp, float *dw, const f
 {
     static const char op[] = "fp8_matmul_backward";
     (void)ws;
+    if (int rc = cuda_no_act16(d, op, "inp", inp))
+        return rc;
     if (!dinp && !dw)
         return 0;
     if (fd != KFP8_E4M3 && fd != KFP8_E5M2)
@@ -94,13 +106,15 @@ int cuda_fp8_matmul_backward(kdev *d, float *ws, float *dinp, float *dw, const f
     size_t count[4] = { dinp ? (size_t)M * N : 0, dw ? (size_t)N * M : 0,
                         dinp ? (size_t)K * N : 0, dw ? (size_t)K * M : 0 };
     uint8_t *b[4];   /* qd, qdT, qwT, qxT */
-    int rc = carve(d, b, count, 4, op);
+    int rc = record_amax(d, amax ? amax->dy : NULL, dout, (size_t)M * N);
+    if (!rc)
+        rc = carve(d, b, count, 4, op);
     if (!rc)   /* dy read once for both of its copies */
-        rc = quantise(d, b[0], b[1], amax ? amax->dy : NULL, dout, M, N, sd, fd, op);
+        rc = quantise(d, b[0], b[1], dout, M, N, sd, fd, op);
     if (!rc && dinp)
-        rc = quantise(d, NULL, b[2], NULL, w, N, K, sw, KFP8_E4M3, op);
+        rc = quantise(d, NULL, b[2], w, N, K, sw, KFP8_E4M3, op);
     if (!rc && dw)
-        rc = quantise(d, NULL, b[3], NULL, inp, M, K, sx, KFP8_E4M3, op);
+        rc = quantise(d, NULL, b[3], inp, M, K, sx, KFP8_E4M3, op);
     if (rc)
         return rc;
     kcuda_ctx *k = cuda_st(d)->k;

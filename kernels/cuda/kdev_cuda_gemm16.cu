@@ -16,7 +16,9 @@
  * backward's products run over the padded width; with a bias, the same pass over dout
  * sums its columns (kcuda_bias_partials_to_bf16).  HERR_NOALGO (cuBLASLt has no
  * algorithm) comes before anything is written, so that a GEMM of the pair never fails
- * after the other has added its part. */
+ * after the other has added its part.  An inp in bf16 activation memory (kdev.h) is the
+ * operand as it lies (rows padded into the scratch only where K % 8 != 0): nothing to
+ * convert. */
 #include "cuda/kdev_cuda_internal.h"
 
 /* rows x K fp32 into bf16 rows Kp >= K apart (pad zero). */
@@ -25,6 +27,34 @@ static int rows_to_bf16(kdev *d, kcuda_bf16 *dst, const float *src, size_t rows,
 {
     return Kp == K ? cuda_to_bf16(d, dst, src, rows * (size_t)K, op)
                    : cuda_to_bf16_pitched(d, dst, Kp, src, rows, K, op);
+}
+
+/* The bf16 operand of src [rows, K] with rows Kp apart: src itself where it lies in bf16
+ * activation memory and K == Kp, else written into dst (converted from fp32, or the
+ * bf16 rows copied with zero padding). */
+static int operand16(kdev *d, const kcuda_bf16 **out, kcuda_bf16 *dst, const float *src,
+                     size_t rows, int K, int Kp, const char *op)
+{
+    *out = dst;
+    if (!cuda_act16(d, src))
+        return rows_to_bf16(d, dst, src, rows, K, Kp, op);
+    if (Kp == K) {
+        *out = (const kcuda_bf16 *)src;
+        return 0;
+    }
+    cudaStream_t st = cuda_stream(d);
+    size_t e = sizeof(kcuda_bf16);
+    int rc = cuda_err(d, cudaMemsetAsync(dst, 0, rows * (size_t)Kp * e, st), op);
+    return rc ? rc : cuda_err(d, cudaMemcpy2DAsync(dst, (size_t)Kp * e, src, (size_t)K * e,
+                                                   (size_t)K * e, rows,
+                                                   cudaMemcpyDeviceToDevice, st),
+                              op);
+}
+
+/* The scratch elements operand16 needs for src. */
+static size_t operand16_count(const kdev *d, const float *src, size_t rows, int K, int Kp)
+{
+    return cuda_act16(d, src) && K == Kp ? 0 : rows * (size_t)Kp;
 }
 
 /* rows x cols fp32 from rows `spitch` apart to rows `dpitch` apart (device to device). */
@@ -55,13 +85,14 @@ static int forward_padded(kdev *d, float *out, const float *inp, const float *we
     int R = rows < 8 ? 8 : rows > (size_t)M ? M : (int)rows;
     /* one carve (a later one would reuse the scratch from its start): the input, the
      * padded weight, the fp32 block and the padded bias, the fp32 ones as bf16 pairs */
-    size_t count[4] = { (size_t)M * Kp, (size_t)Np * Kp, 2 * (size_t)R * Np,
-                        bias ? 2 * (size_t)Np : 0 };
+    size_t count[4] = { operand16_count(d, inp, (size_t)M, K, Kp), (size_t)Np * Kp,
+                        2 * (size_t)R * Np, bias ? 2 * (size_t)Np : 0 };
     kcuda_bf16 *b[4];
+    const kcuda_bf16 *x = NULL;
     int rc = cuda_carve_bf16(d, b, count, 4, op);
     cudaStream_t st = cuda_stream(d);
     if (!rc)
-        rc = rows_to_bf16(d, b[0], inp, (size_t)M, K, Kp, op);
+        rc = operand16(d, &x, b[0], inp, (size_t)M, K, Kp, op);
     if (!rc)
         rc = rows_to_bf16(d, b[1], weight, (size_t)N, K, Kp, op);
     if (!rc)
@@ -75,8 +106,8 @@ static int forward_padded(kdev *d, float *out, const float *inp, const float *we
                                          cudaMemcpyDeviceToDevice, st), op);
     for (int r0 = 0; !rc && r0 < M; r0 += R) {
         int n = M - r0 < R ? M - r0 : R;
-        rc = kcuda_matmul_forward_bf16_f32out(cuda_st(d)->k, blk, b[0] + (size_t)r0 * Kp,
-                                              b[1], pb, n, Kp, Np);
+        rc = kcuda_matmul_forward_bf16_f32out(cuda_st(d)->k, blk, x + (size_t)r0 * Kp, b[1],
+                                              pb, n, Kp, Np);
         if (rc)   /* out is written block by block: no fallback once a block is done */
             return rc == KCUDA_ENOALGO && r0 == 0 ? HERR_NOALGO : cuda_kc(d, rc, op);
         rc = cuda_unpitch(d, out + (size_t)r0 * N, blk, (size_t)n, N, Np, op);
@@ -91,16 +122,17 @@ int cuda_matmul16_forward(kdev *d, float *out, const float *inp, const float *we
     int Kp = cuda_pitch8(K);
     if (N % 4)
         return forward_padded(d, out, inp, weight, bias, M, K, Kp, N, op);
-    size_t count[2] = { (size_t)M * Kp, (size_t)N * Kp };
+    size_t count[2] = { operand16_count(d, inp, (size_t)M, K, Kp), (size_t)N * Kp };
     kcuda_bf16 *b[2];   /* inp, weight */
+    const kcuda_bf16 *x = NULL;
     int rc = cuda_carve_bf16(d, b, count, 2, op);
     if (!rc)
-        rc = rows_to_bf16(d, b[0], inp, (size_t)M, K, Kp, op);
+        rc = operand16(d, &x, b[0], inp, (size_t)M, K, Kp, op);
     if (!rc)
         rc = rows_to_bf16(d, b[1], weight, (size_t)N, K, Kp, op);
     if (rc)
         return rc;
-    rc = kcuda_matmul_forward_bf16_f32out(cuda_st(d)->k, out, b[0], b[1], bias, M, Kp, N);
+    rc = kcuda_matmul_forward_bf16_f32out(cuda_st(d)->k, out, x, b[1], bias, M, Kp, N);
     return rc == KCUDA_ENOALGO ? HERR_NOALGO : cuda_kc(d, rc, op);
 }
 
@@ -122,12 +154,14 @@ int cuda_matmul16_backward_from(kdev *d, float *dinp, float *dweight, float *dbi
     int Np = cuda_pitch8(N), Kp = cuda_pitch8(K), pad = Np != N || Kp != K;
     /* dout, inp, weight, the bias gradient's partial sums, the padded dW and the padded
      * dinp (the last three fp32, counted as bf16 pairs) */
-    size_t count[6] = { dout16 ? 0 : (size_t)M * Np, dweight ? (size_t)M * Kp : 0,
+    size_t count[6] = { dout16 ? 0 : (size_t)M * Np,
+                        dweight ? operand16_count(d, inp, (size_t)M, K, Kp) : 0,
                         dinp ? (size_t)Np * Kp : 0,
                         dbias ? 2 * kcuda_bias_partials_floats(M, N) : 0,
                         pad && dweight ? 2 * (size_t)Np * Kp : 0,
                         Kp != K && dinp ? 2 * (size_t)M * Kp : 0 };
     kcuda_bf16 *b[6];
+    const kcuda_bf16 *x = NULL;   /* inp's operand */
     float *part = NULL, *dw = pad && dweight ? NULL : dweight;
     float *di = Kp != K ? NULL : dinp;
     size_t padbytes = (size_t)(Np - N) * Kp;
@@ -143,7 +177,7 @@ int cuda_matmul16_backward_from(kdev *d, float *dinp, float *dweight, float *dbi
             rc = cuda_to_bf16_pitched(d, b[0], Np, dout, (size_t)M, N, op);
         }
         if (!rc && dweight)
-            rc = rows_to_bf16(d, b[1], inp, (size_t)M, K, Kp, op);
+            rc = operand16(d, &x, b[1], inp, (size_t)M, K, Kp, op);
         if (!rc && dinp)
             rc = rows_to_bf16(d, b[2], weight, (size_t)N, K, Kp, op);
         if (!rc && dinp && Np != N)
@@ -172,7 +206,7 @@ int cuda_matmul16_backward_from(kdev *d, float *dinp, float *dweight, float *dbi
             return rc;
     }
     if (dweight) {
-        rc = kcuda_matmul_dweight_bf16_f32out(k, dw, b[0], Np, b[1], M, Kp, Np);
+        rc = kcuda_matmul_dweight_bf16_f32out(k, dw, b[0], Np, x, M, Kp, Np);
         if (rc)   /* dinp is done: finishing in fp32 math would add it twice */
             return cuda_kc(d, rc, op);
         if (dw != dweight && (rc = copy_rows(d, dweight, K, dw, Kp, (size_t)N, K, op)))

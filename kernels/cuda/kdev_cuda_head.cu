@@ -61,6 +61,8 @@ int cuda_head_ce_forward(kdev *d, float *ws, double *lse, float *losses, float *
 {
     static const char op[] = "head_ce_forward (bf16)";
     (void)mx, (void)sums;
+    if (int rc = cuda_no_act16(d, op, "inp", inp))
+        return rc;
     struct head_ws h;
     if (!head_layout(d, &h, ws, n, K, V))
         return HERR_NOALGO;
@@ -96,6 +98,8 @@ int cuda_head_ce_backward(kdev *d, float *dinp, float *dw, float *ws, const doub
 {
     static const char op[] = "head_ce_backward (bf16)";
     (void)lse;   /* the forward's fp32 lse in ws is what the bf16 kernel reads */
+    if (int rc = cuda_no_act16(d, op, "inp", inp))
+        return rc;
     struct head_ws h;
     if (!head_layout(d, &h, ws, n, K, V))
         return HERR_NOALGO;

@@ -41,6 +41,8 @@ typedef struct {
     cuda_block *map;       /* live allocations; NULL p = empty slot */
     size_t map_cap, map_used;
     size_t current, peak;  /* bytes of kdev_alloc, as the cpu backend counts them */
+    cuda_block *act;       /* bf16 activation memory (kdev_alloc_act at BF16), unordered */
+    size_t act_n, act_cap;
     void *scratch;         /* device scratch for reductions and index work, grown on need */
     kdev_precision prec;   /* kdev_set_precision */
     cudaEvent_t *marks;    /* profile: KDEV_PROF_MARKS events, made on first use */
@@ -97,6 +99,13 @@ CUDA_PRIVATE int cuda_copy(kdev *d, void *dst, const void *src, size_t bytes);
 CUDA_PRIVATE int cuda_copy_2d(kdev *d, void *dst, size_t dpitch, const void *src,
                               size_t spitch, size_t width, size_t rows);
 CUDA_PRIVATE int cuda_zero(kdev *d, void *p, size_t bytes);
+CUDA_PRIVATE size_t cuda_act_bytes(const kdev *d);
+CUDA_PRIVATE int cuda_alloc_act(kdev *d, void **p, size_t count);
+/* Whether p lies in bf16 activation memory (a scan of the few activation blocks). */
+CUDA_PRIVATE int cuda_act16(const kdev *d, const void *p);
+/* HERR_ARG, naming the op and the argument, when p lies in bf16 activation memory: for
+ * the ops that read and write fp32 only (kdev.h, "activation memory"). */
+CUDA_PRIVATE int cuda_no_act16(kdev *d, const char *op, const char *arg, const void *p);
 CUDA_PRIVATE int cuda_sync(kdev *d);
 CUDA_PRIVATE void cuda_mem_stats(const kdev *d, size_t *peak, size_t *current);
 
@@ -196,6 +205,11 @@ CUDA_PRIVATE int cuda_unpitch(kdev *d, float *dst, const float *src, size_t rows
                               int pitch, const char *op);
 CUDA_PRIVATE int cuda_carve_bf16(kdev *d, kcuda_bf16 **p, const size_t *count, int n,
                                  const char *op);
+/* Where src lies in bf16 activation memory: *x = a new fp32 copy of its n values (a
+ * stream-ordered allocation, outside the scratch, for the rare fp32 fallbacks); else
+ * *x = NULL.  cuda_act_f32_free releases *x in stream order and returns rc. */
+CUDA_PRIVATE int cuda_act_f32(kdev *d, float **x, const float *src, size_t n, const char *op);
+CUDA_PRIVATE int cuda_act_f32_free(kdev *d, float *x, int rc);
 
 /* kdev_cuda_gemm16.cu: kdev's matmul at the precision BF16: operands converted to bf16,
  * fp32 outputs and gradients straight from cuBLASLt (bf16 A/B, fp32 C).  HERR_NOALGO

@@ -104,10 +104,67 @@ int cuda_alloc(kdev *d, void **p, size_t bytes)
     return 0;
 }
 
+size_t cuda_act_bytes(const kdev *d)
+{
+    return cuda_st(d)->prec == KDEV_PREC_BF16 ? 2 : 4;
+}
+
+int cuda_alloc_act(kdev *d, void **p, size_t count)
+{
+    cuda_state *s = cuda_st(d);
+    size_t esz = cuda_act_bytes(d);
+    if (esz == sizeof(float))
+        return cuda_alloc(d, p, count * esz);
+    if (s->act_n == s->act_cap) {
+        size_t cap = s->act_cap ? 2 * s->act_cap : 16;
+        cuda_block *a = (cuda_block *)realloc(s->act, cap * sizeof *a);
+        if (!a)
+            return kdev_fail(d, HERR_NOMEM, "alloc_act: out of host memory");
+        s->act = a;
+        s->act_cap = cap;
+    }
+    int rc = cuda_alloc(d, p, count * esz);
+    if (rc)
+        return rc;
+    s->act[s->act_n].p = *p;
+    s->act[s->act_n].bytes = count * esz;
+    s->act_n++;
+    return 0;
+}
+
+int cuda_act16(const kdev *d, const void *p)
+{
+    const cuda_state *s = cuda_st(d);
+    const char *c = (const char *)p;
+    for (size_t i = 0; p && i < s->act_n; i++)
+        if (c >= (const char *)s->act[i].p && c < (const char *)s->act[i].p + s->act[i].bytes)
+            return 1;
+    return 0;
+}
+
+int cuda_no_act16(kdev *d, const char *op, const char *arg, const void *p)
+{
+    if (!cuda_act16(d, p))
+        return 0;
+    return kdev_fail(d, HERR_ARG, "%s: %s lies in bf16 activation memory, which this op "
+                     "does not take", op, arg);
+}
+
+/* Forgets p as activation memory (if it was). */
+static void act_forget(cuda_state *s, const void *p)
+{
+    for (size_t i = 0; i < s->act_n; i++)
+        if (s->act[i].p == p) {
+            s->act[i] = s->act[--s->act_n];
+            return;
+        }
+}
+
 void cuda_release(kdev *d, void *p)
 {
     cuda_state *s = cuda_st(d);
     size_t bytes;
+    act_forget(s, p);
     if (!map_take(s, p, &bytes)) {
         /* not ours: freeing it could free another owner's memory */
         kdev_fail(d, HERR_ARG, "release: %p was not allocated by this device", p);
@@ -128,6 +185,7 @@ void cuda_release_all(kdev *d)
             s->map[i].p = NULL;
         }
     s->map_used = 0;
+    s->act_n = 0;
     s->current = 0;
 }
 

@@ -245,6 +245,8 @@ int cuda_moe_permute_forward(kdev *d, float *out, const float *inp, const int *r
                              int K, int C)
 {
     int rc = cuda_moe_rows_args(d, "moe_permute_forward", N, K);
+    if (!rc)
+        rc = cuda_no_act16(d, "moe_permute_forward", "inp", inp);
     if (rc || N == 0 || C <= 0)
         return rc;
     cuda_moe_permute_kernel<<<N * K, cuda_moe_row_threads(C), 0, cuda_stream(d)>>>(

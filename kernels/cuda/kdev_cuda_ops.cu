@@ -52,6 +52,8 @@ int cuda_gather_rows(kdev *d, float *dst, const float *src, const int *idx, int 
 {
     if (n <= 0 || C <= 0)
         return 0;
+    if (int rc = cuda_no_act16(d, "gather_rows", "src", src))
+        return rc;
     cuda_gather_kernel<<<n, row_threads(C), 0, cuda_stream(d)>>>(dst, src, idx, C);
     return cuda_launched(d, "gather_rows");
 }
@@ -101,6 +103,13 @@ int cuda_add(kdev *d, float *out, const float *a, const float *b, size_t n)
 {
     if (!n)
         return 0;
+    int rc = cuda_no_act16(d, "add", "out", out);
+    if (!rc)
+        rc = cuda_no_act16(d, "add", "a", a);
+    if (!rc)
+        rc = cuda_no_act16(d, "add", "b", b);
+    if (rc)
+        return rc;
     cuda_add_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream(d)>>>(out, a, b, n);
     return cuda_launched(d, "add");
 }
@@ -153,13 +162,20 @@ int cuda_matmul_forward(kdev *d, float *out, const float *inp, const float *weig
         int rc = cuda_zero(d, out, (size_t)M * N * sizeof(float));
         return rc || !bias ? rc : cuda_add_bias(d, out, bias, M, N);
     }
+    if (int rc = cuda_no_act16(d, "matmul_forward", "out", out))
+        return rc;
     if (cuda_st(d)->prec == KDEV_PREC_BF16) {
         int rc = cuda_matmul16_forward(d, out, inp, weight, bias, M, K, N);
         if (rc != HERR_NOALGO)   /* a shape without a bf16 algorithm: fp32 operands below */
             return rc;
     }
-    return cuda_kc(d, kcuda_matmul_forward_f32(cuda_st(d)->k, out, inp, weight, bias, M, K, N),
-                   "matmul_forward");
+    float *x = NULL;   /* an fp32 copy of inp where it is bf16 activation memory */
+    int rc = cuda_act_f32(d, &x, inp, (size_t)M * K, "matmul_forward");
+    if (!rc)
+        rc = cuda_kc(d, kcuda_matmul_forward_f32(cuda_st(d)->k, out, x ? x : inp, weight, bias,
+                                                 M, K, N),
+                     "matmul_forward");
+    return cuda_act_f32_free(d, x, rc);
 }
 
 int cuda_matmul_backward(kdev *d, float *dinp, float *dweight, float *dbias, const float *dout,
@@ -176,24 +192,32 @@ int cuda_matmul_backward(kdev *d, float *dinp, float *dweight, float *dbias, con
     }
     if (!dinp && !dweight && !dbias)
         return 0;
+    int rc = cuda_no_act16(d, "matmul_backward", "dout", dout);
+    if (!rc)
+        rc = cuda_no_act16(d, "matmul_backward", "dinp", dinp);
+    if (rc)
+        return rc;
     if (cuda_st(d)->prec == KDEV_PREC_BF16) {
         /* HERR_NOALGO comes before anything is added: safe to redo in fp32 operands */
-        int rc = cuda_matmul16_backward(d, dinp, dweight, dbias, dout, inp, weight, M, K, N,
+        rc = cuda_matmul16_backward(d, dinp, dweight, dbias, dout, inp, weight, M, K, N,
                                         set);
         if (rc != HERR_NOALGO)
             return rc;
     }
     /* the fp32 GEMMs accumulate: a dinp to be set is zeroed first */
     if (set && dinp) {
-        int rc = cuda_err(d, cudaMemsetAsync(dinp, 0, (size_t)M * K * sizeof(float),
-                                             cuda_stream(d)),
-                          "matmul_backward");
+        rc = cuda_err(d, cudaMemsetAsync(dinp, 0, (size_t)M * K * sizeof(float), cuda_stream(d)),
+                      "matmul_backward");
         if (rc)
             return rc;
     }
-    return cuda_kc(d, kcuda_matmul_backward_f32(cuda_st(d)->k, dinp, dweight, dbias, dout, inp,
-                                                weight, M, K, N),
-                   "matmul_backward");
+    float *x = NULL;   /* an fp32 copy of inp where it is bf16 activation memory */
+    rc = dweight ? cuda_act_f32(d, &x, inp, (size_t)M * K, "matmul_backward") : 0;
+    if (!rc)
+        rc = cuda_kc(d, kcuda_matmul_backward_f32(cuda_st(d)->k, dinp, dweight, dbias, dout,
+                                                  x ? x : inp, weight, M, K, N),
+                     "matmul_backward");
+    return cuda_act_f32_free(d, x, rc);
 }
 
 /* ---- embedding ------------------------------------------------------------------------ */
@@ -278,6 +302,12 @@ int cuda_rmsnorm_forward(kdev *d, float *out, float *rstd, const float *inp,
 {
     if (N <= 0 || C <= 0)
         return 0;
+    if (int rc = cuda_no_act16(d, "rmsnorm_forward", "inp", inp))
+        return rc;
+    if (cuda_act16(d, out))
+        return cuda_kc(d, kcuda_rmsnorm_forward_f32_bf16out(cuda_st(d)->k, (kcuda_bf16 *)out, rstd,
+                                                            inp, weight, N, C, eps),
+                       "rmsnorm_forward");
     return cuda_kc(d, kcuda_rmsnorm_forward_f32(cuda_st(d)->k, out, rstd, inp, weight, N, C,
                                                 eps),
                    "rmsnorm_forward");
@@ -289,6 +319,11 @@ int cuda_rmsnorm_backward(kdev *d, float *dinp, float *dweight, const float *dou
 {
     if (N <= 0 || C <= 0 || (!dinp && !dweight))
         return 0;
+    int rc = cuda_no_act16(d, "rmsnorm_backward", "inp", inp);
+    if (!rc)
+        rc = cuda_no_act16(d, "rmsnorm_backward", "dout", dout);
+    if (rc)
+        return rc;
     return cuda_kc(d, kcuda_rmsnorm_backward_f32(cuda_st(d)->k, dinp, dweight, dout, inp,
                                                  weight, rstd, N, C),
                    "rmsnorm_backward");
@@ -299,6 +334,13 @@ int cuda_layernorm_forward(kdev *d, float *out, float *mean, float *rstd, const 
 {
     if (N <= 0 || C <= 0)
         return 0;
+    if (int rc = cuda_no_act16(d, "layernorm_forward", "inp", inp))
+        return rc;
+    if (cuda_act16(d, out))
+        return cuda_kc(d, kcuda_layernorm_forward_f32_bf16out(cuda_st(d)->k, (kcuda_bf16 *)out,
+                                                              mean, rstd, inp, weight, bias, N,
+                                                              C, eps),
+                       "layernorm_forward");
     return cuda_kc(d, kcuda_layernorm_forward_f32(cuda_st(d)->k, out, mean, rstd, inp, weight,
                                                   bias, N, C, eps),
                    "layernorm_forward");
@@ -310,6 +352,11 @@ int cuda_layernorm_backward(kdev *d, float *dinp, float *dweight, float *dbias,
 {
     if (N <= 0 || C <= 0 || (!dinp && !dweight && !dbias))
         return 0;
+    int rc = cuda_no_act16(d, "layernorm_backward", "inp", inp);
+    if (!rc)
+        rc = cuda_no_act16(d, "layernorm_backward", "dout", dout);
+    if (rc)
+        return rc;
     return cuda_kc(d, kcuda_layernorm_backward_f32(cuda_st(d)->k, dinp, dweight, dbias, dout,
                                                    inp, weight, mean, rstd, N, C),
                    "layernorm_backward");
@@ -320,6 +367,8 @@ int cuda_rope_forward(kdev *d, float *x, const float *cos, const float *sin, int
 {
     if (N <= 0 || H <= 0 || D <= 1)
         return 0;
+    if (int rc = cuda_no_act16(d, "rope_forward", "x", x))
+        return rc;
     return cuda_kc(d, kcuda_rope_forward_f32(cuda_st(d)->k, x, cos, sin, N, H, D),
                    "rope_forward");
 }
@@ -329,6 +378,8 @@ int cuda_rope_backward(kdev *d, float *dx, const float *cos, const float *sin, i
 {
     if (N <= 0 || H <= 0 || D <= 1)
         return 0;
+    if (int rc = cuda_no_act16(d, "rope_backward", "dx", dx))
+        return rc;
     return cuda_kc(d, kcuda_rope_backward_f32(cuda_st(d)->k, dx, cos, sin, N, H, D),
                    "rope_backward");
 }
@@ -337,6 +388,12 @@ int cuda_swiglu_forward(kdev *d, float *out, const float *inp, int N, int F)
 {
     if (N <= 0 || F <= 0)
         return 0;
+    if (int rc = cuda_no_act16(d, "swiglu_forward", "inp", inp))
+        return rc;
+    if (cuda_act16(d, out))
+        return cuda_kc(d, kcuda_swiglu_forward_f32_bf16out(cuda_st(d)->k, (kcuda_bf16 *)out, inp,
+                                                           N, F),
+                       "swiglu_forward");
     return cuda_kc(d, kcuda_swiglu_forward_f32(cuda_st(d)->k, out, inp, N, F),
                    "swiglu_forward");
 }
@@ -346,6 +403,11 @@ int cuda_swiglu_backward(kdev *d, float *dinp, const float *dout, const float *i
 {
     if (N <= 0 || F <= 0)
         return 0;
+    int rc = cuda_no_act16(d, "swiglu_backward", "inp", inp);
+    if (!rc)
+        rc = cuda_no_act16(d, "swiglu_backward", "dout", dout);
+    if (rc)
+        return rc;
     return cuda_kc(d, kcuda_swiglu_backward_f32(cuda_st(d)->k, dinp, dout, inp, N, F, !set),
                    "swiglu_backward");
 }
@@ -354,6 +416,12 @@ int cuda_gelu_forward(kdev *d, float *out, const float *inp, size_t n, kgelu_kin
 {
     if (!n)
         return 0;
+    if (int rc = cuda_no_act16(d, "gelu_forward", "inp", inp))
+        return rc;
+    if (cuda_act16(d, out))
+        return cuda_kc(d, kcuda_gelu_forward_f32_bf16out(cuda_st(d)->k, (kcuda_bf16 *)out, inp, n,
+                                                         (int)kind),
+                       "gelu_forward");
     return cuda_kc(d, kcuda_gelu_forward_f32(cuda_st(d)->k, out, inp, n, (int)kind),
                    "gelu_forward");
 }
@@ -363,6 +431,11 @@ int cuda_gelu_backward(kdev *d, float *dinp, const float *dout, const float *inp
 {
     if (!n)
         return 0;
+    int rc = cuda_no_act16(d, "gelu_backward", "inp", inp);
+    if (!rc)
+        rc = cuda_no_act16(d, "gelu_backward", "dout", dout);
+    if (rc)
+        return rc;
     return cuda_kc(d, kcuda_gelu_backward_f32(cuda_st(d)->k, dinp, dout, inp, n, (int)kind,
                                               !set),
                    "gelu_backward");

@@ -34,8 +34,8 @@ __device__ __forceinline__ float round_as(float v, const __nv_bfloat16 *)
 }
 
 /* The second and third passes re-read the row (from L1/L2, it was just read). */
-template <typename T, int W>
-__device__ void layernorm_row(T *y, float *mean, float *rstd, const T *x, const T *weight,
+template <typename T, int W, typename TO>
+__device__ void layernorm_row(TO *y, float *mean, float *rstd, const T *x, const T *weight,
                               const T *bias, int C, float eps, float s)
 {
     float mu = kcuda_block_sum(s) / (float)C, v = 0.0f;
@@ -66,8 +66,9 @@ __device__ void layernorm_row(T *y, float *mean, float *rstd, const T *x, const 
     }
 }
 
-template <typename T, int W>
-__global__ void layernorm_fwd_kernel(T *out, float *mean, float *rstd, const T *inp,
+/* TO: the output's type (T, or bf16 from fp32: kdev's activation memory) */
+template <typename T, int W, typename TO = T>
+__global__ void layernorm_fwd_kernel(TO *out, float *mean, float *rstd, const T *inp,
                                      const T *weight, const T *bias, int C, float eps)
 {
     size_t off = (size_t)blockIdx.x * C;
@@ -79,7 +80,7 @@ __global__ void layernorm_fwd_kernel(T *out, float *mean, float *rstd, const T *
         for (int j = 0; j < W; j++)
             s += a[j];
     }
-    layernorm_row<T, W>(out + off, mean, rstd, inp + off, weight, bias, C, eps, s);
+    layernorm_row<T, W, TO>(out + off, mean, rstd, inp + off, weight, bias, C, eps, s);
 }
 
 /* sum[c..c+W) = x + r rounded to T, also left in a[] (sum may alias x or r: the thread
@@ -110,7 +111,8 @@ __global__ void residual_layernorm_fwd_kernel(T *out, T *sum, float *mean, float
         for (int j = 0; j < W; j++)
             s += a[j];
     }
-    layernorm_row<T, W>(out + off, mean, rstd, (const T *)sum + off, weight, bias, C, eps, s);
+    layernorm_row<T, W, T>(out + off, mean, rstd, (const T *)sum + off, weight, bias, C, eps,
+                           s);
 }
 
 /* The arithmetic of norm.cu's rmsnorm_fwd_kernel, on the rounded sum. */
@@ -188,6 +190,21 @@ extern "C" int kcuda_layernorm_forward_f32(kcuda_ctx *ctx, float *out, float *me
                                            const float *bias, int N, int C, float eps)
 {
     return ln_fwd<float>(ctx, out, mean, rstd, inp, weight, bias, N, C, eps);
+}
+
+extern "C" int kcuda_layernorm_forward_f32_bf16out(kcuda_ctx *ctx, kcuda_bf16 *out,
+                                                   float *mean, float *rstd, const float *inp,
+                                                   const float *weight, const float *bias,
+                                                   int N, int C, float eps)
+{
+    if (N <= 0 || C <= 0)
+        return bad_shape(ctx, "kcuda_layernorm_forward", N, C);
+    if (!out || !inp || !weight)
+        return kcuda_fail(ctx, KCUDA_EARG, "kcuda_layernorm_forward: NULL tensor");
+    typedef float T;   /* 4 fp32 in, 4 bf16 (8 bytes) out per access */
+    LAUNCH_ROWS(layernorm_fwd_kernel, kcuda_vec_ok<T>(C, out, inp, weight, bias), N, C, (bf *)out,
+                mean, rstd, inp, weight, bias, C, eps);
+    return kcuda_check_launch(ctx, "layernorm_fwd_kernel");
 }
 
 extern "C" int kcuda_layernorm_backward_f32(kcuda_ctx *ctx, float *dinp, float *dweight,

@@ -4,12 +4,13 @@
 
 #define ROW_THREADS 256
 
-template <typename T>
-__global__ void rmsnorm_fwd_kernel(T *out, float *rstd, const T *inp, const T *weight, int C,
+/* TO: the output's type (T, or bf16 from fp32: kdev's activation memory) */
+template <typename T, typename TO = T>
+__global__ void rmsnorm_fwd_kernel(TO *out, float *rstd, const T *inp, const T *weight, int C,
                                    float eps)
 {
     const T *x = inp + (size_t)blockIdx.x * C;
-    T *y = out + (size_t)blockIdx.x * C;
+    TO *y = out + (size_t)blockIdx.x * C;
     float ss = 0.0f;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float v = kcuda_ld(x + c);
@@ -23,13 +24,14 @@ __global__ void rmsnorm_fwd_kernel(T *out, float *rstd, const T *inp, const T *w
         rstd[blockIdx.x] = r;
 }
 
-template <typename T>
-static int fwd(kcuda_ctx *ctx, T *out, float *rstd, const T *inp, const T *weight, int N,
+template <typename T, typename TO = T>
+static int fwd(kcuda_ctx *ctx, TO *out, float *rstd, const T *inp, const T *weight, int N,
                int C, float eps)
 {
     if (N <= 0 || C <= 0)
         return kcuda_fail(ctx, KCUDA_EARG, "kcuda_rmsnorm_forward: bad shape N=%d C=%d", N, C);
-    rmsnorm_fwd_kernel<T><<<N, ROW_THREADS, 0, ctx->stream>>>(out, rstd, inp, weight, C, eps);
+    rmsnorm_fwd_kernel<T, TO><<<N, ROW_THREADS, 0, ctx->stream>>>(out, rstd, inp, weight, C,
+                                                                  eps);
     return kcuda_check_launch(ctx, "rmsnorm_fwd_kernel");
 }
 
@@ -64,4 +66,11 @@ extern "C" int kcuda_rmsnorm_backward_f32(kcuda_ctx *ctx, float *dinp, float *dw
 {
     return kcuda_norm_backward_f32(ctx, dinp, dweight, NULL, dout, inp, weight, NULL, rstd, N,
                                    C, "kcuda_rmsnorm_backward");
+}
+
+extern "C" int kcuda_rmsnorm_forward_f32_bf16out(kcuda_ctx *ctx, kcuda_bf16 *out, float *rstd,
+                                                 const float *inp, const float *weight, int N,
+                                                 int C, float eps)
+{
+    return fwd<float, bf>(ctx, (bf *)out, rstd, inp, weight, N, C, eps);
 }

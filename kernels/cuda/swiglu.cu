@@ -1,8 +1,8 @@
 /* swiglu.cu - SwiGLU forward/backward: out = silu(gate) * up, one thread per output. */
 #include "cuda/kcuda_internal.h"
 
-template <typename T>
-__global__ void swiglu_fwd_kernel(T *out, const T *inp, int N, int F)
+template <typename T, typename TO = T>
+__global__ void swiglu_fwd_kernel(TO *out, const T *inp, int N, int F)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)N * F)
@@ -31,13 +31,15 @@ __global__ void swiglu_bwd_kernel(T *dinp, const T *dout, const T *inp, int N, i
     kcuda_st(din + F + col, acc ? kcuda_ld(din + F + col) + du : du);
 }
 
-template <typename T>
-static int fwd(kcuda_ctx *ctx, T *out, const T *inp, int N, int F)
+/* TO: the output's type (T, or bf16 from fp32: kdev's activation memory) */
+template <typename T, typename TO = T>
+static int fwd(kcuda_ctx *ctx, TO *out, const T *inp, int N, int F)
 {
     if (N <= 0 || F <= 0)
         return kcuda_fail(ctx, KCUDA_EARG, "kcuda_swiglu_forward: bad shape N=%d F=%d", N, F);
     size_t n = (size_t)N * F;
-    swiglu_fwd_kernel<T><<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(out, inp, N, F);
+    swiglu_fwd_kernel<T, TO><<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(out, inp, N,
+                                                                                   F);
     return kcuda_check_launch(ctx, "swiglu_fwd_kernel");
 }
 
@@ -77,4 +79,10 @@ extern "C" int kcuda_swiglu_backward_f32(kcuda_ctx *ctx, float *dinp, const floa
                                          const float *inp, int N, int F, int accumulate)
 {
     return bwd<float>(ctx, dinp, dout, inp, N, F, accumulate);
+}
+
+extern "C" int kcuda_swiglu_forward_f32_bf16out(kcuda_ctx *ctx, kcuda_bf16 *out,
+                                                const float *inp, int N, int F)
+{
+    return fwd<float, bf>(ctx, (bf *)out, inp, N, F);
 }

@@ -23,6 +23,9 @@
  *                  (NaN = NaN: the GPU's NaN payload is canonical).
  * Edge cases: ragged sequences including length 1, GQA (Hq=4, Hkv=2), causal and not,
  * D = 64, 80, 200, 512, ids < 0 (gather, embedding backward), n = 1 rows, MoE E=8 K=2.
+ * Activation memory (test_act): at BF16 the ops that take it (kdev.h "act") with that
+ * argument in bf16 on the cuda device against the cpu in fp32 (TOL_BF16), and the
+ * refusals of the ops that do not.
  * Determinism: attention backward, ce_rowsum and sumsq run twice on the GPU must give the
  * same bits.
  *
@@ -42,7 +45,7 @@
 #define TOL_D 1e-12
 #define TOL_BF16 3e-2
 
-#define MAXBUF 256
+#define MAXBUF 512
 
 /* A buffer on both devices: p[0] on the cpu, p[1] on the cuda device. */
 struct dp {
@@ -820,6 +823,205 @@ static int test_bf16(struct tctx *t)
     return f + t->bad;
 }
 
+/* ---- activation memory (kdev_alloc_act) --------------------------------------------------
+ * At precision BF16 the cuda device's activation memory holds bf16.  Each op that takes an
+ * "act" argument runs with that argument there on the cuda device and in fp32 on the cpu:
+ * producers (norms, activations, attention's out) against the cpu's fp32 result (TOL_BF16
+ * covers the output's rounding, 2^-9), consumers (the matmul's inp, attention backward's
+ * out) against the cpu given the same bf16-rounded values as fp32.  Ops that take no
+ * activation memory refuse it, and the precision cannot change under it. */
+
+/* x rounded to bf16 (nearest even), as fp32: what activation memory stores of it. */
+static float bf16_round(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* n values in the cuda device's activation memory (p[1]; p[0] NULL), from host. */
+static struct dp act_make(struct tctx *t, const float *host, size_t n)
+{
+    struct dp b = {{NULL, NULL}, n * sizeof(float)};
+    int k = 1;
+    CK(kdev_alloc_act(t->d[1], &b.p[1], n));
+    if (host && b.p[1])
+        CK(kdev_act_upload(t->d[1], b.p[1], host, n));
+    if (t->nbufs < MAXBUF)
+        t->bufs[t->nbufs++] = b;
+    else
+        t->bad++;
+    return b;
+}
+
+/* The cpu's fp32 c (a buffer) against the cuda device's activation memory a. */
+static int cmp_act(struct tctx *t, const char *what, struct dp c, struct dp a, size_t n,
+                   double tol)
+{
+    const float *hc = (const float *)dl(t, 0, c);
+    float *ha = (float *)hkeep(t, malloc(n ? n * sizeof(float) : 1));
+    if (!hc || kdev_act_download(t->d[1], ha, a.p[1], n)) {
+        printf("# act download: %s\n", kdev_errmsg(t->d[1]));
+        return 1;
+    }
+    return judge(t, what, rel_err(hc, ha, n), tol);
+}
+
+/* The matmul with inp in activation memory: forward (N % 4 != 0 takes the padded path),
+ * backward with every gradient, and the _set form; K % 8 != 0 pads the bf16 rows. */
+static int act_mm_case(struct tctx *t, const char *tag, int M, int K, int N)
+{
+    char w[64];
+    int f = 0, k;
+    size_t nx = (size_t)M * K;
+    float *hx = hrand(t, nx, -1, 1);
+    for (size_t i = 0; i < nx; i++)
+        hx[i] = bf16_round(hx[i]);
+    struct dp x = dp_make(t, hx, nx * 4), xa = act_make(t, hx, nx);
+    struct dp wt = dp_rand(t, (size_t)N * K, -1, 1), bias = dp_rand(t, N, -1, 1);
+    struct dp o = dp_nan(t, (size_t)M * N), dout = dp_rand(t, (size_t)M * N, -1, 1);
+    float *hdw = hrand(t, (size_t)N * K, -1, 1);
+    struct dp di = dp_nan(t, nx), dw = dp_make(t, hdw, (size_t)N * K * 4);
+    struct dp db = dp_rand(t, N, -1, 1);
+    if (t->bad)
+        return 1;
+    for (k = 0; k < 2; k++) {
+        const float *in = k ? FP(xa, 1) : FP(x, 0);
+        CK(kdev_matmul_forward(t->d[k], FP(o, k), in, FP(wt, k), FP(bias, k), M, K, N));
+        CK(kdev_matmul_backward_set(t->d[k], FP(di, k), FP(dw, k), FP(db, k), FP(dout, k), in,
+                                    FP(wt, k), M, K, N));
+    }
+    struct { const char *n; struct dp b; size_t len; } chk[] = {
+        {"out", o, (size_t)M * N}, {"dinp", di, nx}, {"dw", dw, (size_t)N * K}, {"db", db, (size_t)N}};
+    for (size_t i = 0; i < sizeof chk / sizeof chk[0]; i++) {
+        snprintf(w, sizeof w, "%s.%s", tag, chk[i].n);
+        f += cmp_tol(t, w, chk[i].b, chk[i].len, TOL_BF16);
+    }
+    return f + t->bad;
+}
+
+/* Producers: norms (LayerNorm with and without bias, RMSNorm), GELU (n % 4 != 0: the
+ * tail), SwiGLU, each writing activation memory. */
+static int act_producers(struct tctx *t, int N, int C)
+{
+    int f = 0, k;
+    size_t n = (size_t)N * C;
+    struct dp x = dp_rand(t, n, -2, 2), wt = dp_rand(t, C, 0.5f, 1.5f), b = dp_rand(t, C, -1, 1);
+    struct dp o = dp_nan(t, n), st = dp_nan(t, N), st2 = dp_nan(t, N);
+    struct dp ln = act_make(t, NULL, n), rms = act_make(t, NULL, n), lnb = act_make(t, NULL, n);
+    struct dp o2 = dp_nan(t, n), o3 = dp_nan(t, n);
+    size_t ng = n - 3;   /* GELU over a length that is not a multiple of 4 */
+    struct dp ge = act_make(t, NULL, ng), o4 = dp_nan(t, ng);
+    int F = C / 2;
+    struct dp sw = act_make(t, NULL, (size_t)N * F), o5 = dp_nan(t, (size_t)N * F);
+    if (t->bad)
+        return 1;
+    for (k = 0; k < 2; k++) {
+        kdev *d = t->d[k];
+        CK(kdev_layernorm_forward(d, k ? FP(ln, 1) : FP(o, 0), FP(st, k), FP(st2, k), FP(x, k),
+                                  FP(wt, k), NULL, N, C, 1e-5f));
+        CK(kdev_layernorm_forward(d, k ? FP(lnb, 1) : FP(o3, 0), NULL, NULL, FP(x, k), FP(wt, k),
+                                  FP(b, k), N, C, 1e-5f));
+        CK(kdev_rmsnorm_forward(d, k ? FP(rms, 1) : FP(o2, 0), NULL, FP(x, k), FP(wt, k), N, C,
+                                1e-5f));
+        CK(kdev_gelu_forward(d, k ? FP(ge, 1) : FP(o4, 0), FP(x, k), ng, KGELU_TANH));
+        CK(kdev_swiglu_forward(d, k ? FP(sw, 1) : FP(o5, 0), FP(x, k), N, F));
+    }
+    f += cmp_act(t, "layernorm", o, ln, n, TOL_BF16);
+    f += cmp_act(t, "layernorm_bias", o3, lnb, n, TOL_BF16);
+    f += cmp_act(t, "rmsnorm", o2, rms, n, TOL_BF16);
+    f += cmp_act(t, "gelu", o4, ge, ng, TOL_BF16);
+    f += cmp_act(t, "swiglu", o5, sw, (size_t)N * F, TOL_BF16);
+    return f + t->bad;
+}
+
+/* Attention with out in activation memory: the bf16 flash kernels (D 64) and the fp32
+ * kernels' path (D 16: the result rounded into it, read back for the backward). */
+static int act_att_case(struct tctx *t, const char *tag, const int *lens, int nseq, int Hq,
+                        int Hkv, int D)
+{
+    char w[64];
+    int f = 0, k;
+    struct att_io a = att_inputs(t, lens, nseq, Hq, Hkv, D);
+    size_t nq = (size_t)a.N * Hq * D, nk = (size_t)a.N * Hkv * D;
+    struct dp oa = act_make(t, NULL, nq), sq = dp_nan(t, nq), sk = dp_nan(t, nk);
+    struct dp sv = dp_nan(t, nk);
+    if (t->bad)
+        return 1;
+    for (k = 0; k < 2; k++)
+        CK(kdev_attention_forward(t->d[k], k ? FP(oa, 1) : FP(a.out, 0), FP(a.lse, k),
+                                  FP(a.q, k), FP(a.k, k), FP(a.v, k), IP(a.cu, k), nseq,
+                                  a.maxlen, a.N, Hq, Hkv, D, 1));
+    snprintf(w, sizeof w, "%s.out", tag);
+    f += cmp_act(t, w, a.out, oa, nq, TOL_BF16);
+    /* the backward: the cpu reads the cuda device's (rounded) out and both the cpu's lse */
+    float *ho = (float *)hkeep(t, malloc(nq * sizeof(float)));
+    void *hl = dl(t, 0, a.lse);
+    if (!hl || kdev_act_download(t->d[1], ho, oa.p[1], nq))
+        return 1;
+    k = 0;
+    CK(kdev_upload(t->d[0], a.out.p[0], ho, nq * sizeof(float)));
+    dp_set(t, a.lse, hl);
+    for (k = 0; k < 2; k++)
+        CK(kdev_attention_backward_set(t->d[k], FP(sq, k), FP(sk, k), FP(sv, k), FP(a.dout, k),
+                                       FP(a.q, k), FP(a.k, k), FP(a.v, k),
+                                       k ? FP(oa, 1) : FP(a.out, 0), FP(a.lse, k), IP(a.cu, k),
+                                       nseq, a.maxlen, a.N, Hq, Hkv, D, 1));
+    struct { const char *n; struct dp b; size_t len; } chk[] = {
+        {"dq", sq, nq}, {"dk", sk, nk}, {"dv", sv, nk}};
+    for (int i = 0; i < 3; i++) {
+        snprintf(w, sizeof w, "%s.%s", tag, chk[i].n);
+        f += cmp_tol(t, w, chk[i].b, chk[i].len, TOL_BF16);
+    }
+    return f + t->bad;
+}
+
+static int test_act(struct tctx *t)
+{
+    static const int lens[4] = {1, 17, 69, 130};
+    int f = 0, k = 1, rc;
+    kdev *d = t->d[1];
+    if (kdev_act_bytes(t->d[0]) != 4 || kdev_act_bytes(d) != 4) {
+        printf("# act bytes at fp32: cpu %zu cuda %zu, want 4\n", kdev_act_bytes(t->d[0]),
+               kdev_act_bytes(d));
+        f++;
+    }
+    CK(kdev_set_precision(d, KDEV_PREC_BF16));
+    if (kdev_act_bytes(d) != 2) {
+        printf("# act bytes at bf16: %zu, want 2\n", kdev_act_bytes(d));
+        f++;
+    }
+    f += act_mm_case(t, "mm.96x64x136", 96, 64, 136);
+    f += act_mm_case(t, "mm.37x67x53", 37, 67, 53);
+    f += act_producers(t, 33, 96);
+    f += act_att_case(t, "att.d64", lens, 4, 4, 2, 64);
+    f += act_att_case(t, "att.d16", lens, 4, 4, 2, 16);
+    /* refusals: an fp32-only op given activation memory; a precision change under it */
+    struct dp a = act_make(t, NULL, 64), x = dp_rand(t, 64, -1, 1);
+    if (t->bad)
+        return f + t->bad;
+    rc = kdev_add(d, FP(x, 1), FP(x, 1), FP(a, 1), 64);
+    gu_note(t, " add=%d", rc);
+    if (rc != HERR_ARG || !strstr(kdev_errmsg(d), "activation memory")) {
+        printf("# add on activation memory: rc %d \"%s\", want HERR_ARG\n", rc, kdev_errmsg(d));
+        f++;
+    }
+    kdev_status_clear(d);
+    rc = kdev_set_precision(d, KDEV_PREC_FP32);
+    kdev_status_clear(d);
+    if (rc != HERR_CONFIG) {
+        printf("# set_precision(FP32) under bf16 activation memory: rc %d, want HERR_CONFIG\n",
+               rc);
+        f++;
+    }
+    f += t->bad;
+    t_reset(t);   /* releases the activation memory: the precision may change again */
+    CK(kdev_set_precision(d, KDEV_PREC_FP32));
+    return f + t->bad;
+}
+
 /* Block attention: per sequence of length L the queries are positions [L/3, L) and the
  * keys come in two blocks, positions [0, L/2) and [L/2, L).  The forward merges block 0
  * then block 1 into out/lse from lse = -inf (compared after each); the backward adds both
@@ -1359,6 +1561,7 @@ static const struct {
     {"attention", test_attention},
     {"attention_block", test_attention_block},
     {"bf16", test_bf16},
+    {"act", test_act},
     {"ce", test_ce},
     {"moe", test_moe},
     {"fp8", test_fp8},

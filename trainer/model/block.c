@@ -148,6 +148,20 @@ int stack_init(stack *st, const stack_cfg *c, int layers, hearth_err *err)
     return 0;
 }
 
+static void release_arenas(stack *st)
+{
+    kdev *dev = st->c.dev;
+    kdev_release(dev, st->fbuf);
+    kdev_release(dev, st->abuf);
+    kdev_release(dev, st->ibuf);
+    free(st->ibuf_h);
+    st->fbuf = NULL;
+    st->abuf = NULL;
+    st->ibuf = NULL;
+    st->ibuf_h = NULL;
+    st->cap = 0;
+}
+
 void stack_free(stack *st)
 {
     if (!st)
@@ -159,9 +173,7 @@ void stack_free(stack *st)
     kdev_release(dev, st->sc.aux_d);
     free(st->layers);
     free(st->xs);
-    kdev_release(dev, st->fbuf);
-    kdev_release(dev, st->ibuf);
-    free(st->ibuf_h);
+    release_arenas(st);
     memset(st, 0, sizeof *st);
 }
 
@@ -267,6 +279,8 @@ enum {
 
 typedef struct {
     farena *fa;
+    aarena *aa;
+    unsigned act;               /* bit SH_x: buffer x lies in activation memory (aa) */
     unsigned share;             /* bit SH_x: buffer x is shared */
     unsigned taken;             /* bit SH_x: the shared buffer x is carved (buf[x]) */
     float *buf[SH_COUNT];       /* NULL in the sizing pass */
@@ -281,24 +295,31 @@ static unsigned recompute_shared(int recompute)
     return 0;
 }
 
+static float *carve(layer_take *lt, int which, size_t n)
+{
+    return lt->act >> which & 1u ? aa_take(lt->aa, n) : fa_take(lt->fa, n);
+}
+
 static float *take(layer_take *lt, int which, size_t n)
 {
     if (!(lt->share >> which & 1u))
-        return fa_take(lt->fa, n);
+        return carve(lt, which, n);
     if (!(lt->taken >> which & 1u)) {
-        lt->buf[which] = fa_take(lt->fa, n);
+        lt->buf[which] = carve(lt, which, n);
         lt->taken |= 1u << which;
     }
     return lt->buf[which];
 }
 
-static void stack_take(stack *st, farena *fa, iarena *ia, iarena *ih, int N, int Nl)
+static void stack_take(stack *st, farena *fa, aarena *aa, iarena *ia, iarena *ih, int N,
+                       int Nl)
 {
     const stack_cfg *c = &st->c;
     size_t n = (size_t)N, nl = (size_t)Nl;
     int qkn = c->s->qk_norm;
     int any_moe = 0, any_dense = 0;
-    layer_take lt = { .fa = fa, .share = recompute_shared(c->s->recompute) };
+    layer_take lt = { .fa = fa, .aa = aa, .act = st->act,
+                      .share = recompute_shared(c->s->recompute) };
 
     for (int l = 0; l <= st->L; l++)
         st->xs[l] = fa_take(fa, nl * c->H);
@@ -366,51 +387,70 @@ static void stack_take(stack *st, farena *fa, iarena *ia, iarena *ih, int N, int
     sc->ring = st->cp_comm ? fa_take(fa, 8 * n * c->KD) : NULL;
 }
 
+/* The buffers that go to activation memory (bits SH_x): the GEMM inputs h1, att, h2 and
+ * the dense MLP activation a, which only ops taking an "act" argument (kdev.h) touch:
+ * their producers (the norms, attention, the activation) and consumers (the linears,
+ * attention's backward).  None where another consumer reads them as floats: the
+ * collectives of tp/sp, the block attention of cp and sequence chunks, the FP8 linears;
+ * h2 stays fp32 when a MoE layer routes it. */
+static unsigned act_buffers(const stack *st)
+{
+    if (tp_on(st) || st->cp_comm || st->chunked)
+        return 0;
+    unsigned m = 1u << SH_H1 | 1u << SH_ATT | 1u << SH_H2 | 1u << SH_A;
+    for (int l = 0; l < st->L; l++) {
+        if (st->layers[l].p.fp8)
+            return 0;
+        if (st->layers[l].moe)
+            m &= ~(1u << SH_H2);
+    }
+    return m;
+}
+
 int stack_reserve(stack *st, int N, hearth_err *err)
 {
     if (sp_on(st) && N % st->c.tp)
         return herr_set(err, HERR_RUNTIME, "model: %d tokens cannot be split over tp %d "
                         "(sequence parallel)", N, st->c.tp);
-    if (N <= st->cap && st->fbuf)
+    unsigned act = act_buffers(st);
+    if (N <= st->cap && st->fbuf && act == st->act)
         return 0;
     int Nl = local_tokens(st, N);
-    farena fa = { NULL, 0 };
-    iarena ia = { NULL, 0 }, ih = { NULL, 0 };
-    stack_take(st, &fa, &ia, &ih, N, Nl);
     kdev *dev = st->c.dev;
-    kdev_release(dev, st->fbuf);
-    kdev_release(dev, st->ibuf);
-    free(st->ibuf_h);
-    st->fbuf = NULL;
-    st->ibuf = NULL;
-    st->cap = 0;
+    release_arenas(st);
+    st->act = act;
+    farena fa = { NULL, 0 };
+    aarena aa = { NULL, 0, kdev_act_bytes(dev) };
+    iarena ia = { NULL, 0 }, ih = { NULL, 0 };
+    stack_take(st, &fa, &aa, &ia, &ih, N, Nl);
     st->ibuf_h = calloc(ih.used ? ih.used : 1, sizeof(int));
     int rc = st->sc.aux_d ? 0 : dev_alloc(dev, (void **)&st->sc.aux_d, sizeof(float),
                                           "activations", err);
     if (!rc)
         rc = dev_alloc(dev, (void **)&st->fbuf, fa.used * sizeof(float), "activations", err);
+    if (!rc && kdev_alloc_act(dev, (void **)&st->abuf, aa.used))
+        rc = herr_set(err, HERR_NOMEM, "model: activations: %zu elements of activation "
+                      "memory on device %s: %s", aa.used, kdev_name(dev), kdev_errmsg(dev));
     if (!rc)
         rc = dev_alloc(dev, (void **)&st->ibuf, ia.used * sizeof(int), "activations", err);
     if (!rc && !st->ibuf_h)
         rc = herr_set(err, HERR_NOMEM, "model: out of memory");
     if (rc) {
-        kdev_release(dev, st->fbuf);
-        kdev_release(dev, st->ibuf);
-        free(st->ibuf_h);
-        st->fbuf = NULL;
-        st->ibuf = NULL;
-        st->ibuf_h = NULL;
-        return herr_prefix(err, rc, "model: activations of %d tokens (%zu floats)", N,
-                           fa.used);
+        release_arenas(st);
+        return herr_prefix(err, rc, "model: activations of %d tokens (%zu floats, %zu in "
+                           "activation memory)", N, fa.used, aa.used);
     }
     st->fbuf_floats = fa.used;
+    st->abuf_bytes = aa.used * aa.esz;
     fa.base = st->fbuf;
     fa.used = 0;
+    aa.base = (char *)st->abuf;
+    aa.used = 0;
     ia.base = st->ibuf;
     ia.used = 0;
     ih.base = st->ibuf_h;
     ih.used = 0;
-    stack_take(st, &fa, &ia, &ih, N, Nl);
+    stack_take(st, &fa, &aa, &ia, &ih, N, Nl);
     st->cap = N;
     return 0;
 }
@@ -573,7 +613,7 @@ static int check_ctx(const stack *st, const stack_ctx *ctx, hearth_err *err)
 {
     if (ctx->N > st->cap || ctx->N_local != local_tokens(st, ctx->N) ||
         (sp_on(st) && ctx->N % st->c.tp) || (st->cp_comm && !ctx->cp_pos) ||
-        ((st->cp_comm || ctx->cc) && st->c.D > KCPU_ATTENTION_BLOCK_MAX_D))
+        ((st->cp_comm || ctx->cc) && (st->c.D > KCPU_ATTENTION_BLOCK_MAX_D || st->act)))
         return herr_set(err, HERR_RUNTIME, "model: stack called with %d tokens (%d local) "
                         "but reserved for %d, tp %d, sp %d", ctx->N, ctx->N_local, st->cap,
                         st->c.tp, st->sp);

@@ -133,6 +133,7 @@ void decoder_free(decoder_part *d)
 
 static int reserve(decoder_part *d, int N, int Nf, hearth_err *err)
 {
+    d->st.chunked = d->seq_chunks > 1;
     int rc = stack_reserve(&d->st, N, err);
     if (rc)
         return rc;

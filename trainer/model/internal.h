@@ -66,6 +66,17 @@ static inline float *fa_take(farena *a, size_t n)
     a->used += (n + 15) & ~(size_t)15;
     return p;
 }
+/* The same over activation memory of esz-byte elements (kdev_act_bytes). */
+typedef struct {
+    char *base;
+    size_t used, esz;
+} aarena;
+static inline float *aa_take(aarena *a, size_t n)
+{
+    float *p = a->base ? (float *)(a->base + a->used * a->esz) : NULL;
+    a->used += (n + 15) & ~(size_t)15;
+    return p;
+}
 static inline int *ia_take(iarena *a, size_t n)
 {
     int *p = a->base ? a->base + a->used : NULL;
@@ -121,6 +132,8 @@ typedef struct {
     int full_attn;          /* attends over ctx->cu_full rather than ctx->cu */
     block_params p, g;
     /* attention half */
+    /* h1, att, h2 and a may lie in activation memory (stack.act): only the kdev ops that
+     * take an "act" argument touch them there. */
     float *h1, *mean1, *rstd1;      /* pre-norm output and its statistics */
     float *qr, *kr, *qrs, *krs;     /* qk_norm: q, k before the norm, norm rstd */
     float *q, *k, *v;               /* attention inputs (after qk_norm and RoPE) */
@@ -188,6 +201,13 @@ typedef struct {
     int *ibuf_h;                    /* host: the MoE plan's offsets as downloaded (one
                                        [E + 1] array per layer) */
     size_t fbuf_floats;             /* size of fbuf (the activation arena) */
+    /* Activation memory (kdev_alloc_act: bf16 on a GPU at BF16, else fp32) for the
+     * buffers the stack's consumers all take in the device's activation type: the bits
+     * STACK_ACT_* of `act` (stack_reserve decides; block.c act_buffers says which). */
+    float *abuf;
+    size_t abuf_bytes;
+    unsigned act;
+    int chunked;                    /* sequence chunks run this stack (set by the owner) */
 } stack;
 
 /* Sequence chunks (parallel.chunks, docs/parallel/chunks.md): the per-layer key/value

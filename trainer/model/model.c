@@ -343,7 +343,8 @@ size_t model_last_routing(const model *m, int *out, size_t cap)
 
 size_t model_stack_activation_bytes(const model *m)
 {
-    return (m->enc.st.fbuf_floats + m->dec.st.fbuf_floats) * sizeof(float);
+    return (m->enc.st.fbuf_floats + m->dec.st.fbuf_floats) * sizeof(float) +
+           m->enc.st.abuf_bytes + m->dec.st.abuf_bytes;
 }
 
 size_t model_chunk_cache_bytes(const model *m)

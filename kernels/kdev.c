@@ -325,6 +325,13 @@ static float bf16_value(uint16_t b)
     return x;
 }
 
+int kdev_act_copy_rows(kdev *d, float *dst, const float *src, size_t spitch, size_t rows,
+                       size_t cols)
+{
+    MARK(d, "act_copy_rows");
+    return note(d, d->ops->act_copy_rows(d, dst, src, spitch, rows, cols));
+}
+
 int kdev_act_upload(kdev *d, void *dst, const float *host, size_t n)
 {
     if (kdev_act_bytes(d) == sizeof(float))

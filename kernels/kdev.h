@@ -98,9 +98,9 @@ int kdev_set_precision(kdev *d, kdev_precision p);
  * wide: fp32 (4) on the cpu and at FP32, bf16 (2, bits of round-to-nearest-even) on cuda
  * at BF16: half the bytes every producer writes and every consumer reads.  A pointer into
  * activation memory is passed where a float pointer is declared, and only where an op
- * below marks the argument "act": those ops read or write it in the activation type, and
- * a backend refuses activation memory of another type than fp32 elsewhere (HERR_ARG), so
- * that it is never read as floats.  Offsets into it count kdev_act_bytes per element
+ * below marks the argument "act": those ops read or write it in the activation type (an
+ * act argument may also be ordinary fp32 memory), and a backend refuses activation memory
+ * of another type than fp32 elsewhere (HERR_ARG), so that it is never read as floats.  Offsets into it count kdev_act_bytes per element
  * (kdev_act_at).  The type is fixed when the memory is allocated: kdev_set_precision
  * fails (HERR_CONFIG) while activation memory of the other type is held.
  * act_upload / act_download: n fp32 values into / out of activation memory (rounded to
@@ -109,6 +109,10 @@ size_t kdev_act_bytes(const kdev *d);
 int kdev_alloc_act(kdev *d, void **p, size_t count);
 int kdev_act_upload(kdev *d, void *dst, const float *host, size_t n);
 int kdev_act_download(kdev *d, float *host, const void *src, size_t n);
+/* act_copy_rows: rows x cols fp32 values of src, rows spitch floats apart, into dst
+ * (act), packed: the split of fused rows (q, k, v of the qkv GEMM's output). */
+int kdev_act_copy_rows(kdev *d, float *dst, const float *src, size_t spitch, size_t rows,
+                       size_t cols);
 /* Element i of activation memory at p. */
 static inline float *kdev_act_at(const kdev *d, float *p, size_t i)
 {
@@ -142,8 +146,9 @@ int kdev_scatter_rows(kdev *d, float *dst, const float *src, const int *idx, int
 int kdev_add_bias(kdev *d, float *x, const float *bias, int n, int C);
 
 /* ---- kernels.h, on the device --------------------------------------------------------
- * act: matmul_forward/backward inp; rmsnorm/layernorm_forward out; attention_forward out
- * and attention_backward out; swiglu/gelu_forward out (see "activation memory"). */
+ * act: matmul_forward/backward inp; rmsnorm/layernorm_forward out; rope_forward x;
+ * attention_forward q, k, v, out and attention_backward q, k, v, out; swiglu/gelu_forward
+ * out (see "activation memory"). */
 int kdev_matmul_forward(kdev *d, float *out, const float *inp, const float *weight,
                         const float *bias, int M, int K, int N);
 int kdev_matmul_backward(kdev *d, float *dinp, float *dweight, float *dbias,

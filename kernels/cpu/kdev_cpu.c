@@ -136,6 +136,13 @@ static int cpu_alloc_act(kdev *d, void **p, size_t count)
     return cpu_alloc(d, p, count * sizeof(float));
 }
 
+static int cpu_act_copy_rows(kdev *d, float *dst, const float *src, size_t spitch,
+                             size_t rows, size_t cols)
+{
+    return cpu_copy_2d(d, dst, cols * sizeof(float), src, spitch * sizeof(float),
+                       cols * sizeof(float), rows);
+}
+
 /* The cpu runs each op when it is called: the host clock is the op's time. */
 static int cpu_prof_mark(kdev *d, int i)
 {
@@ -641,6 +648,7 @@ static const kdev_ops cpu_ops = {
     .set_precision = cpu_set_precision,
     .act_bytes = cpu_act_bytes,
     .alloc_act = cpu_alloc_act,
+    .act_copy_rows = cpu_act_copy_rows,
     .mem_stats = cpu_mem_stats,
     .prof_mark = cpu_prof_mark,
     .prof_read = cpu_prof_read,

@@ -206,6 +206,7 @@ static const kdev_ops cuda_ops = {
     .set_precision = cuda_set_precision,
     .act_bytes = cuda_act_bytes,
     .alloc_act = cuda_alloc_act,
+    .act_copy_rows = cuda_act_copy_rows,
     .mem_stats = cuda_mem_stats,
     .prof_mark = cuda_prof_mark,
     .prof_read = cuda_prof_read,

@@ -389,14 +389,25 @@ static int cuda_att_bwd(kdev *d, const char *op, float *dq, float *dk, float *dv
     return 0;
 }
 
-/* q, k, v are fp32 in every attention op. */
-static int no_act16_qkv(kdev *d, const char *op, const float *q, const float *k,
-                        const float *v)
+/* The fp32 kernels read fp32 operands: *p[i] in bf16 activation memory is replaced by a
+ * new fp32 copy t[i] (NULL where it was fp32), released by f32_release. */
+static int f32_operands(kdev *d, float **t, const float **p, const size_t *n, int cnt,
+                        const char *op)
 {
-    int rc = cuda_no_act16(d, op, "q", q);
-    if (!rc)
-        rc = cuda_no_act16(d, op, "k", k);
-    return rc ? rc : cuda_no_act16(d, op, "v", v);
+    int rc = 0;
+    for (int i = 0; i < cnt; i++) {
+        t[i] = NULL;
+        if (!rc && !(rc = cuda_act_f32(d, &t[i], p[i], n[i], op)) && t[i])
+            p[i] = t[i];
+    }
+    return rc;
+}
+
+static int f32_release(kdev *d, float **t, int cnt, int rc)
+{
+    for (int i = 0; i < cnt; i++)
+        cuda_act_f32_free(d, t[i], 0);
+    return rc;
 }
 
 int cuda_attention_forward(kdev *d, float *out, float *lse, const float *q, const float *k,
@@ -404,28 +415,30 @@ int cuda_attention_forward(kdev *d, float *out, float *lse, const float *q, cons
                            int N, int Hq, int Hkv, int D, int causal)
 {
     static const char op[] = "attention_forward";
-    if (int rc = no_act16_qkv(d, op, q, k, v))
-        return rc;
     if (cuda_st(d)->prec == KDEV_PREC_BF16 && cuda_attention16_fits(D))
         return cuda_attention16_forward(d, out, lse, q, k, v, cu_seqlens, nseq, max_seqlen, N,
                                         Hq, Hkv, D, causal);
-    /* the fp32 kernels; an out in bf16 activation memory gets their result rounded */
-    size_t nq = (size_t)N * Hq * D;
-    float *o = out;
-    int rc = 0;
-    if (cuda_act16(d, out))
-        rc = cuda_err(d, cudaMallocAsync((void **)&o, nq * sizeof(float), cuda_stream(d)), op);
-    if (rc)
-        return rc;
+    /* the fp32 kernels: operands in bf16 activation memory through fp32 copies, an out
+     * there gets their result rounded */
+    size_t nq = (size_t)N * Hq * D, nk = (size_t)N * Hkv * D;
+    const float *in[3] = { q, k, v };
+    size_t n[3] = { nq, nk, nk };
+    float *t[4] = { NULL, NULL, NULL, NULL }, *o = out;
+    int rc = f32_operands(d, t, in, n, 3, op);
+    if (!rc && cuda_act16(d, out))
+        rc = cuda_err(d, cudaMallocAsync((void **)&t[3], nq * sizeof(float), cuda_stream(d)),
+                      op);
+    if (t[3])
+        o = t[3];
     cuda_att a;
-    rc = cuda_att_setup(d, op, &a, q, k, v, cu_seqlens, NULL, cu_seqlens, NULL, nseq,
-                        max_seqlen, Hq, Hkv, D, causal);
-    rc = rc ? (rc > 0 ? 0 : rc) : cuda_att_fwd(d, op, o, lse, a, nseq, 0);
-    if (o == out)
-        return rc;
-    if (!rc)
+    if (!rc) {
+        rc = cuda_att_setup(d, op, &a, in[0], in[1], in[2], cu_seqlens, NULL, cu_seqlens, NULL,
+                            nseq, max_seqlen, Hq, Hkv, D, causal);
+        rc = rc ? (rc > 0 ? 0 : rc) : cuda_att_fwd(d, op, o, lse, a, nseq, 0);
+    }
+    if (!rc && o != out)
         rc = cuda_to_bf16(d, (kcuda_bf16 *)out, o, nq, op);
-    return cuda_act_f32_free(d, o, rc);
+    return f32_release(d, t, 4, rc);
 }
 
 int cuda_attention_backward(kdev *d, float *dq, float *dk, float *dv, const float *dout,
@@ -434,8 +447,6 @@ int cuda_attention_backward(kdev *d, float *dq, float *dk, float *dv, const floa
                             int N, int Hq, int Hkv, int D, int causal, int set)
 {
     static const char op[] = "attention_backward";
-    if (int rc = no_act16_qkv(d, op, q, k, v))
-        return rc;
     if (int rc = cuda_no_act16(d, op, "dout", dout))
         return rc;
     if (cuda_st(d)->prec == KDEV_PREC_BF16 && cuda_attention16_fits(D))
@@ -451,16 +462,19 @@ int cuda_attention_backward(kdev *d, float *dq, float *dk, float *dv, const floa
         if (rc)
             return rc;
     }
-    float *o = NULL;   /* an fp32 copy of an out in bf16 activation memory */
-    int rc = cuda_act_f32(d, &o, out, nq, op);
-    if (rc)
-        return rc;
+    /* operands in bf16 activation memory through fp32 copies */
+    const float *in[4] = { q, k, v, out };
+    size_t n[4] = { nq, nk, nk, nq };
+    float *t[4];
+    int rc = f32_operands(d, t, in, n, 4, op);
     cuda_att a;
-    rc = cuda_att_setup(d, op, &a, q, k, v, cu_seqlens, NULL, cu_seqlens, NULL, nseq,
-                        max_seqlen, Hq, Hkv, D, causal);
-    rc = rc ? (rc > 0 ? 0 : rc)
-            : cuda_att_bwd(d, op, dq, dk, dv, dout, o ? o : out, lse, a, nseq, max_seqlen);
-    return cuda_act_f32_free(d, o, rc);
+    if (!rc) {
+        rc = cuda_att_setup(d, op, &a, in[0], in[1], in[2], cu_seqlens, NULL, cu_seqlens, NULL,
+                            nseq, max_seqlen, Hq, Hkv, D, causal);
+        rc = rc ? (rc > 0 ? 0 : rc)
+                : cuda_att_bwd(d, op, dq, dk, dv, dout, in[3], lse, a, nseq, max_seqlen);
+    }
+    return f32_release(d, t, 4, rc);
 }
 
 int cuda_attention_block_forward(kdev *d, float *out, float *lse, const float *q,

@@ -10,9 +10,31 @@
  * The copies live in the device scratch (kdev_cuda.cu), carved at 256-byte boundaries
  * (the kernels want 16-byte aligned rows).  Everything is in stream order and nothing
  * here synchronises.  The conversions round to nearest even, as __float2bfloat16_rn.
- * An out in bf16 activation memory (kdev.h) is the kernels' bf16 output and input as it
- * lies: not converted either way. */
+ * q, k, v and out in bf16 activation memory (kdev.h) are the kernels' bf16 operands as
+ * they lie: not converted either way. */
 #include "cuda/kdev_cuda_internal.h"
+
+/* Scratch for the bf16 copies of src[i] (count[i] elements), except where src[i] lies in
+ * bf16 activation memory: then b[i] is src[i] itself and src[i] becomes NULL (nothing to
+ * convert). */
+static int carve_act16(kdev *d, kcuda_bf16 **b, size_t *count, const float **src, int n,
+                       const char *op)
+{
+    kcuda_bf16 *own[8];
+    int act[8] = { 0 };
+    for (int i = 0; i < n; i++)
+        if (src[i] && cuda_act16(d, src[i])) {
+            act[i] = 1;
+            count[i] = 0;
+        }
+    int rc = cuda_carve_bf16(d, own, count, n, op);
+    for (int i = 0; i < n; i++) {
+        b[i] = act[i] ? (kcuda_bf16 *)src[i] : own[i];
+        if (act[i])
+            src[i] = NULL;
+    }
+    return rc;
+}
 
 int cuda_attention16_fits(int D)
 {
@@ -27,24 +49,19 @@ int cuda_attention16_forward(kdev *d, float *out, float *lse, const float *q, co
     if (N <= 0 || nseq <= 0 || max_seqlen <= 0)
         return 0;
     size_t nq = (size_t)N * Hq * D, nk = (size_t)N * Hkv * D;
-    int out16 = cuda_act16(d, out);
-    size_t count[4] = { nq, nk, nk, out16 ? 0 : nq };
+    const float *src[4] = { q, k, v, out };
+    size_t count[4] = { nq, nk, nk, nq };
     kcuda_bf16 *b[4];   /* q, k, v, out */
-    int rc = cuda_carve_bf16(d, b, count, 4, op);
-    if (out16)
-        b[3] = (kcuda_bf16 *)out;
-    if (!rc)
-        rc = cuda_to_bf16(d, b[0], q, nq, op);
-    if (!rc)
-        rc = cuda_to_bf16(d, b[1], k, nk, op);
-    if (!rc)
-        rc = cuda_to_bf16(d, b[2], v, nk, op);
+    int rc = carve_act16(d, b, count, src, 4, op);
+    for (int i = 0; !rc && i < 3; i++)
+        if (src[i])
+            rc = cuda_to_bf16(d, b[i], src[i], count[i], op);
     if (!rc)
         rc = cuda_kc(d, kcuda_attention_forward_bf16(cuda_st(d)->k, b[3], lse, b[0], b[1], b[2],
                                                      cu_seqlens, nseq, max_seqlen, Hq, Hkv, D,
                                                      causal),
                      op);
-    return rc || out16 ? rc : cuda_from_bf16(d, out, b[3], nq, 0, op);
+    return rc || !src[3] ? rc : cuda_from_bf16(d, out, b[3], nq, 0, op);
 }
 
 int cuda_attention16_backward(kdev *d, float *dq, float *dk, float *dv, const float *dout,
@@ -57,14 +74,10 @@ int cuda_attention16_backward(kdev *d, float *dq, float *dk, float *dv, const fl
     if (N <= 0 || nseq <= 0 || max_seqlen <= 0 || (!dq && !dk && !dv))
         return 0;
     size_t nq = (size_t)N * Hq * D, nk = (size_t)N * Hkv * D;
-    int out16 = cuda_act16(d, out);
-    size_t count[8] = { nq, nk, nk, out16 ? 0 : nq, nq, dq ? nq : 0, dk ? nk : 0,
-                        dv ? nk : 0 };
+    const float *src[8] = { q, k, v, out, dout, NULL, NULL, NULL };
+    size_t count[8] = { nq, nk, nk, nq, nq, dq ? nq : 0, dk ? nk : 0, dv ? nk : 0 };
     kcuda_bf16 *b[8];   /* q, k, v, out, dout, dq, dk, dv */
-    int rc = cuda_carve_bf16(d, b, count, 8, op);
-    if (out16)
-        b[3] = (kcuda_bf16 *)out;
-    const float *src[5] = { q, k, v, out16 ? NULL : out, dout };
+    int rc = carve_act16(d, b, count, src, 8, op);
     for (int i = 0; !rc && i < 5; i++)
         if (src[i])
             rc = cuda_to_bf16(d, b[i], src[i], count[i], op);

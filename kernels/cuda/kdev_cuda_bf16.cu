@@ -3,6 +3,7 @@
  * Conversions round to nearest even (__float2bfloat16_rn) and are elementwise: the same
  * bits on every run. */
 #include "cuda/kdev_cuda_internal.h"
+#include "cuda/kcuda_internal.h"
 
 #include <cuda_bf16.h>
 
@@ -195,4 +196,48 @@ int cuda_act_f32_free(kdev *d, float *x, int rc)
     if (x)
         cudaFreeAsync(x, cuda_stream(d));
     return rc;
+}
+
+/* dst[r * cols + c] = bf16(src[r * spitch + c]): fused rows split into a packed bf16
+ * activation, W = 4 columns a thread (one 16-byte load, one 8-byte store) where rows
+ * allow it. */
+template <int W>
+__global__ void cuda_rows_to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t rows,
+                                         size_t cols, size_t spitch)
+{
+    size_t nv = cols / W;
+    for (size_t r = blockIdx.y; r < rows; r += gridDim.y) {
+        const float *in = src + r * spitch;
+        __nv_bfloat16 *o = dst + r * cols;
+        for (size_t c = blockIdx.x * (size_t)blockDim.x + threadIdx.x; c < nv;
+             c += (size_t)gridDim.x * blockDim.x) {
+            float f[W];
+            kcuda_ldw<W>(f, in + c * W);
+            kcuda_stw<W>(o + c * W, f);
+        }
+    }
+}
+
+int cuda_act_copy_rows(kdev *d, float *dst, const float *src, size_t spitch, size_t rows,
+                       size_t cols)
+{
+    static const char op[] = "act_copy_rows";
+    if (int rc = cuda_no_act16(d, op, "src", src))
+        return rc;
+    if (!cuda_act16(d, dst))
+        return cuda_copy_2d(d, dst, cols * sizeof(float), src, spitch * sizeof(float),
+                            cols * sizeof(float), rows);
+    if (!rows || !cols)
+        return 0;
+    int vec = cols % 4 == 0 && spitch % 4 == 0 && aligned(src, 16) && aligned(dst, 8);
+    size_t w = vec ? cols / 4 : cols;
+    unsigned gx = (unsigned)((w + CVT_THREADS - 1) / CVT_THREADS);
+    dim3 grid(gx < 65535 ? gx : 65535, (unsigned)(rows < 65535 ? rows : 65535));
+    if (vec)
+        cuda_rows_to_bf16_kernel<4><<<grid, CVT_THREADS, 0, cuda_stream(d)>>>(
+            (__nv_bfloat16 *)dst, src, rows, cols, spitch);
+    else
+        cuda_rows_to_bf16_kernel<1><<<grid, CVT_THREADS, 0, cuda_stream(d)>>>(
+            (__nv_bfloat16 *)dst, src, rows, cols, spitch);
+    return cuda_launched(d, op);
 }

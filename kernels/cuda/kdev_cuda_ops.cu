@@ -367,8 +367,10 @@ int cuda_rope_forward(kdev *d, float *x, const float *cos, const float *sin, int
 {
     if (N <= 0 || H <= 0 || D <= 1)
         return 0;
-    if (int rc = cuda_no_act16(d, "rope_forward", "x", x))
-        return rc;
+    if (cuda_act16(d, x))
+        return cuda_kc(d, kcuda_rope_forward_bf16(cuda_st(d)->k, (kcuda_bf16 *)x, cos, sin, N, H,
+                                                  D),
+                       "rope_forward");
     return cuda_kc(d, kcuda_rope_forward_f32(cuda_st(d)->k, x, cos, sin, N, H, D),
                    "rope_forward");
 }

@@ -869,6 +869,21 @@ static int cmp_act(struct tctx *t, const char *what, struct dp c, struct dp a, s
     return judge(t, what, rel_err(hc, ha, n), tol);
 }
 
+/* b's host values rounded to bf16, set on both devices, and the same values in the cuda
+ * device's activation memory (returned). */
+static struct dp act_rounded(struct tctx *t, struct dp b, size_t n)
+{
+    float *h = (float *)dl(t, 0, b);
+    if (!h) {
+        t->bad++;
+        return b;
+    }
+    for (size_t i = 0; i < n; i++)
+        h[i] = bf16_round(h[i]);
+    dp_set(t, b, h);
+    return act_make(t, h, n);
+}
+
 /* The matmul with inp in activation memory: forward (N % 4 != 0 takes the padded path),
  * backward with every gradient, and the _set form; K % 8 != 0 pads the bf16 rows. */
 static int act_mm_case(struct tctx *t, const char *tag, int M, int K, int N)
@@ -934,11 +949,34 @@ static int act_producers(struct tctx *t, int N, int C)
     f += cmp_act(t, "rmsnorm", o2, rms, n, TOL_BF16);
     f += cmp_act(t, "gelu", o4, ge, ng, TOL_BF16);
     f += cmp_act(t, "swiglu", o5, sw, (size_t)N * F, TOL_BF16);
+    /* the qkv split: columns [8, 8 + cols) of every row of x into packed rows, cols a
+     * multiple of 4 (16-byte loads) and not */
+    static const int cols[2] = { 32, 30 };
+    for (int i = 0; i < 2; i++) {
+        size_t nc = (size_t)N * cols[i];
+        struct dp pc = dp_nan(t, nc), pa = act_make(t, NULL, nc);
+        if (t->bad)
+            return f + t->bad;
+        for (k = 0; k < 2; k++)
+            CK(kdev_act_copy_rows(t->d[k], k ? FP(pa, 1) : FP(pc, 0), FP(x, k) + 8, (size_t)C,
+                                  (size_t)N, (size_t)cols[i]));
+        f += cmp_act(t, i ? "copy_rows30" : "copy_rows32", pc, pa, nc, TOL_BF16);
+    }
+    /* RoPE in place on activation memory: x [N, H, D] */
+    int H = 2, D = C / H;
+    struct dp cs = dp_rand(t, (size_t)N * D / 2, -1, 1), sn = dp_rand(t, (size_t)N * D / 2, -1, 1);
+    struct dp rx = dp_rand(t, n, -1, 1), ra = act_rounded(t, rx, n);
+    if (t->bad)
+        return f + t->bad;
+    for (k = 0; k < 2; k++)
+        CK(kdev_rope_forward(t->d[k], k ? FP(ra, 1) : FP(rx, 0), FP(cs, k), FP(sn, k), N, H, D));
+    f += cmp_act(t, "rope", rx, ra, n, TOL_BF16);
     return f + t->bad;
 }
 
-/* Attention with out in activation memory: the bf16 flash kernels (D 64) and the fp32
- * kernels' path (D 16: the result rounded into it, read back for the backward). */
+/* Attention with q, k, v and out in activation memory: the bf16 flash kernels (D 64) and
+ * the fp32 kernels' path (D 16: operands through fp32 copies, the result rounded into
+ * out and read back for the backward). */
 static int act_att_case(struct tctx *t, const char *tag, const int *lens, int nseq, int Hq,
                         int Hkv, int D)
 {
@@ -948,12 +986,15 @@ static int act_att_case(struct tctx *t, const char *tag, const int *lens, int ns
     size_t nq = (size_t)a.N * Hq * D, nk = (size_t)a.N * Hkv * D;
     struct dp oa = act_make(t, NULL, nq), sq = dp_nan(t, nq), sk = dp_nan(t, nk);
     struct dp sv = dp_nan(t, nk);
+    struct dp qa = act_rounded(t, a.q, nq), ka = act_rounded(t, a.k, nk);
+    struct dp va = act_rounded(t, a.v, nk);
     if (t->bad)
         return 1;
     for (k = 0; k < 2; k++)
         CK(kdev_attention_forward(t->d[k], k ? FP(oa, 1) : FP(a.out, 0), FP(a.lse, k),
-                                  FP(a.q, k), FP(a.k, k), FP(a.v, k), IP(a.cu, k), nseq,
-                                  a.maxlen, a.N, Hq, Hkv, D, 1));
+                                  k ? FP(qa, 1) : FP(a.q, 0), k ? FP(ka, 1) : FP(a.k, 0),
+                                  k ? FP(va, 1) : FP(a.v, 0), IP(a.cu, k), nseq, a.maxlen,
+                                  a.N, Hq, Hkv, D, 1));
     snprintf(w, sizeof w, "%s.out", tag);
     f += cmp_act(t, w, a.out, oa, nq, TOL_BF16);
     /* the backward: the cpu reads the cuda device's (rounded) out and both the cpu's lse */
@@ -966,7 +1007,8 @@ static int act_att_case(struct tctx *t, const char *tag, const int *lens, int ns
     dp_set(t, a.lse, hl);
     for (k = 0; k < 2; k++)
         CK(kdev_attention_backward_set(t->d[k], FP(sq, k), FP(sk, k), FP(sv, k), FP(a.dout, k),
-                                       FP(a.q, k), FP(a.k, k), FP(a.v, k),
+                                       k ? FP(qa, 1) : FP(a.q, 0), k ? FP(ka, 1) : FP(a.k, 0),
+                                       k ? FP(va, 1) : FP(a.v, 0),
                                        k ? FP(oa, 1) : FP(a.out, 0), FP(a.lse, k), IP(a.cu, k),
                                        nseq, a.maxlen, a.N, Hq, Hkv, D, 1));
     struct { const char *n; struct dp b; size_t len; } chk[] = {

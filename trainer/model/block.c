@@ -388,16 +388,17 @@ static void stack_take(stack *st, farena *fa, aarena *aa, iarena *ia, iarena *ih
 }
 
 /* The buffers that go to activation memory (bits SH_x): the GEMM inputs h1, att, h2 and
- * the dense MLP activation a, which only ops taking an "act" argument (kdev.h) touch:
- * their producers (the norms, attention, the activation) and consumers (the linears,
- * attention's backward).  None where another consumer reads them as floats: the
- * collectives of tp/sp, the block attention of cp and sequence chunks, the FP8 linears;
- * h2 stays fp32 when a MoE layer routes it. */
+ * the dense MLP activation a, and attention's q, k, v, which only ops taking an "act"
+ * argument (kdev.h) touch: their producers (the norms, the qkv split, RoPE, attention,
+ * the activation) and consumers (the linears, attention and its backward).  None where
+ * another consumer reads them as floats: the collectives of tp/sp, the block attention of
+ * cp and sequence chunks, the FP8 linears; h2 stays fp32 when a MoE layer routes it. */
 static unsigned act_buffers(const stack *st)
 {
     if (tp_on(st) || st->cp_comm || st->chunked)
         return 0;
-    unsigned m = 1u << SH_H1 | 1u << SH_ATT | 1u << SH_H2 | 1u << SH_A;
+    unsigned m = 1u << SH_H1 | 1u << SH_ATT | 1u << SH_H2 | 1u << SH_A | 1u << SH_Q |
+                 1u << SH_K | 1u << SH_V;
     for (int l = 0; l < st->L; l++) {
         if (st->layers[l].p.fp8)
             return 0;
@@ -486,15 +487,15 @@ static int attn_forward(stack *st, block *b, const float *x, const stack_ctx *ct
                                  c->H, c->QKV, err)))
         return rc;
 
-    /* Split the fused rows into the contiguous [N, heads, D] arrays attention reads. */
+    /* Split the fused rows into the contiguous [N, heads, D] arrays attention reads (in
+     * activation memory where the stack keeps them there). */
     kdev *dev = c->dev;
     float *qd = s->qk_norm ? b->qr : b->q;
     float *kd = s->qk_norm ? b->kr : b->k;
-    size_t row = (size_t)c->QKV * sizeof(float), fq = sizeof(float) * (size_t)c->QD,
-           fk = sizeof(float) * (size_t)c->KD;
-    kdev_copy_2d(dev, qd, fq, sc->qkv, row, fq, (size_t)N);
-    kdev_copy_2d(dev, kd, fk, sc->qkv + c->QD, row, fk, (size_t)N);
-    kdev_copy_2d(dev, b->v, fk, sc->qkv + c->QD + c->KD, row, fk, (size_t)N);
+    size_t row = (size_t)c->QKV;
+    kdev_act_copy_rows(dev, qd, sc->qkv, row, (size_t)N, (size_t)c->QD);
+    kdev_act_copy_rows(dev, kd, sc->qkv + c->QD, row, (size_t)N, (size_t)c->KD);
+    kdev_act_copy_rows(dev, b->v, sc->qkv + c->QD + c->KD, row, (size_t)N, (size_t)c->KD);
     if (s->qk_norm) {
         kdev_rmsnorm_forward(dev, b->q, b->qrs, b->qr, p->q_norm_w, N * c->Hq, c->D,
                              s->norm_eps);

@@ -132,8 +132,8 @@ typedef struct {
     int full_attn;          /* attends over ctx->cu_full rather than ctx->cu */
     block_params p, g;
     /* attention half */
-    /* h1, att, h2 and a may lie in activation memory (stack.act): only the kdev ops that
-     * take an "act" argument touch them there. */
+    /* h1, q, k, v, att, h2 and a may lie in activation memory (stack.act): only the kdev
+     * ops that take an "act" argument touch them there. */
     float *h1, *mean1, *rstd1;      /* pre-norm output and its statistics */
     float *qr, *kr, *qrs, *krs;     /* qk_norm: q, k before the norm, norm rstd */
     float *q, *k, *v;               /* attention inputs (after qk_norm and RoPE) */

@@ -325,11 +325,11 @@ static float bf16_value(uint16_t b)
     return x;
 }
 
-int kdev_act_copy_rows(kdev *d, float *dst, const float *src, size_t spitch, size_t rows,
-                       size_t cols)
+int kdev_act_copy_2d(kdev *d, float *dst, size_t dpitch, const float *src, size_t spitch,
+                     size_t rows, size_t cols)
 {
-    MARK(d, "act_copy_rows");
-    return note(d, d->ops->act_copy_rows(d, dst, src, spitch, rows, cols));
+    MARK(d, "act_copy_2d");
+    return note(d, d->ops->act_copy_2d(d, dst, dpitch, src, spitch, rows, cols));
 }
 
 int kdev_act_upload(kdev *d, void *dst, const float *host, size_t n)

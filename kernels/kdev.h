@@ -109,10 +109,12 @@ size_t kdev_act_bytes(const kdev *d);
 int kdev_alloc_act(kdev *d, void **p, size_t count);
 int kdev_act_upload(kdev *d, void *dst, const float *host, size_t n);
 int kdev_act_download(kdev *d, float *host, const void *src, size_t n);
-/* act_copy_rows: rows x cols fp32 values of src, rows spitch floats apart, into dst
- * (act), packed: the split of fused rows (q, k, v of the qkv GEMM's output). */
-int kdev_act_copy_rows(kdev *d, float *dst, const float *src, size_t spitch, size_t rows,
-                       size_t cols);
+/* act_copy_2d: rows x cols elements from src (act; rows spitch elements apart) to dst
+ * (act; rows dpitch apart), converted where one side is fp32 memory and the other
+ * activation memory of another type: the split of fused rows (q, k, v of the qkv GEMM's
+ * output) and their gradients' merge.  Regions must not overlap. */
+int kdev_act_copy_2d(kdev *d, float *dst, size_t dpitch, const float *src, size_t spitch,
+                     size_t rows, size_t cols);
 /* Element i of activation memory at p. */
 static inline float *kdev_act_at(const kdev *d, float *p, size_t i)
 {

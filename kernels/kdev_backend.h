@@ -60,8 +60,8 @@ struct kdev_ops {
     int (*set_precision)(kdev *d, kdev_precision p);
     size_t (*act_bytes)(const kdev *d);
     int (*alloc_act)(kdev *d, void **p, size_t count);
-    int (*act_copy_rows)(kdev *d, float *dst, const float *src, size_t spitch, size_t rows,
-                         size_t cols);
+    int (*act_copy_2d)(kdev *d, float *dst, size_t dpitch, const float *src, size_t spitch,
+                       size_t rows, size_t cols);
     void (*mem_stats)(const kdev *d, size_t *peak, size_t *current);
     /* Profile marks (kdev_profile_start): mark i at the stream's current position (i <
      * KDEV_PROF_MARKS); read: waits for mark n - 1, ms[i] = time from mark i to mark

@@ -136,10 +136,10 @@ static int cpu_alloc_act(kdev *d, void **p, size_t count)
     return cpu_alloc(d, p, count * sizeof(float));
 }
 
-static int cpu_act_copy_rows(kdev *d, float *dst, const float *src, size_t spitch,
-                             size_t rows, size_t cols)
+static int cpu_act_copy_2d(kdev *d, float *dst, size_t dpitch, const float *src,
+                           size_t spitch, size_t rows, size_t cols)
 {
-    return cpu_copy_2d(d, dst, cols * sizeof(float), src, spitch * sizeof(float),
+    return cpu_copy_2d(d, dst, dpitch * sizeof(float), src, spitch * sizeof(float),
                        cols * sizeof(float), rows);
 }
 
@@ -648,7 +648,7 @@ static const kdev_ops cpu_ops = {
     .set_precision = cpu_set_precision,
     .act_bytes = cpu_act_bytes,
     .alloc_act = cpu_alloc_act,
-    .act_copy_rows = cpu_act_copy_rows,
+    .act_copy_2d = cpu_act_copy_2d,
     .mem_stats = cpu_mem_stats,
     .prof_mark = cpu_prof_mark,
     .prof_read = cpu_prof_read,

@@ -43,8 +43,8 @@ __global__ void gelu_fwd_kernel(TO *out, const T *inp, size_t n, int erf_kind)
         kcuda_st(out + i, gelu(kcuda_ld(inp + i), erf_kind));
 }
 
-template <typename T, int W>
-__global__ void gelu_bwd_kernel(T *dinp, const T *dout, const T *inp, size_t n, int erf_kind,
+template <typename T, int W, typename TO = T>
+__global__ void gelu_bwd_kernel(TO *dinp, const T *dout, const T *inp, size_t n, int erf_kind,
                                 int acc)
 {
     size_t stride = (size_t)gridDim.x * blockDim.x, nv = n / W;
@@ -103,8 +103,8 @@ static int fwd(kcuda_ctx *ctx, TO *out, const T *inp, size_t n, int kind)
     return kcuda_check_launch(ctx, "gelu_fwd_kernel");
 }
 
-template <typename T>
-static int bwd(kcuda_ctx *ctx, T *dinp, const T *dout, const T *inp, size_t n, int kind,
+template <typename T, typename TO = T>
+static int bwd(kcuda_ctx *ctx, TO *dinp, const T *dout, const T *inp, size_t n, int kind,
                int acc)
 {
     int rc = gelu_args(ctx, dinp, dout, kind, "kcuda_gelu_backward");
@@ -114,10 +114,10 @@ static int bwd(kcuda_ctx *ctx, T *dinp, const T *dout, const T *inp, size_t n, i
         return kcuda_fail(ctx, KCUDA_EARG, "kcuda_gelu_backward: NULL tensor");
     const int W = kcuda_vec<T>::n;
     if (kcuda_vec_ok<T>(0, dinp, dout, inp))
-        gelu_bwd_kernel<T, W><<<gelu_blocks(n, W), GELU_THREADS, 0, ctx->stream>>>(
+        gelu_bwd_kernel<T, W, TO><<<gelu_blocks(n, W), GELU_THREADS, 0, ctx->stream>>>(
             dinp, dout, inp, n, kind, acc);
     else
-        gelu_bwd_kernel<T, 1><<<gelu_blocks(n, 1), GELU_THREADS, 0, ctx->stream>>>(
+        gelu_bwd_kernel<T, 1, TO><<<gelu_blocks(n, 1), GELU_THREADS, 0, ctx->stream>>>(
             dinp, dout, inp, n, kind, acc);
     return kcuda_check_launch(ctx, "gelu_bwd_kernel");
 }
@@ -153,4 +153,11 @@ extern "C" int kcuda_gelu_forward_f32_bf16out(kcuda_ctx *ctx, kcuda_bf16 *out, c
                                               size_t n, int kind)
 {
     return fwd<float, bf>(ctx, (bf *)out, inp, n, kind);
+}
+
+extern "C" int kcuda_gelu_backward_f32_bf16out(kcuda_ctx *ctx, kcuda_bf16 *dinp,
+                                               const float *dout, const float *inp, size_t n,
+                                               int kind, int accumulate)
+{
+    return bwd<float, bf>(ctx, (bf *)dinp, dout, inp, n, kind, accumulate);
 }

@@ -444,6 +444,20 @@ extern "C" int kcuda_bias_partials_to_bf16(kcuda_ctx *ctx, float *part, const fl
     return kcuda_check_launch(ctx, "bias_grad_partial_kernel");
 }
 
+extern "C" int kcuda_bias_partials_bf16(kcuda_ctx *ctx, float *part, const kcuda_bf16 *dout,
+                                        int M, int N)
+{
+    int rc = check_shape(ctx, "kcuda_bias_partials_bf16", M, 1, N);
+    if (rc < 0)
+        return rc;
+    int rows, chunks = bias_chunks(M, &rows);
+    bias_grad_partial_kernel<__nv_bfloat16><<<dim3((unsigned)((N + 255) / 256),
+                                                   (unsigned)chunks),
+                                              256, 0, ctx->stream>>>(
+        part, (const __nv_bfloat16 *)dout, M, N, rows, NULL, 0);
+    return kcuda_check_launch(ctx, "bias_grad_partial_kernel");
+}
+
 extern "C" int kcuda_bias_partials_add(kcuda_ctx *ctx, float *dbias, const float *part, int M,
                                        int N)
 {

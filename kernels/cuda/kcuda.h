@@ -109,6 +109,8 @@ size_t kcuda_bias_partials_floats(int M, int N);
 int kcuda_bias_partials_to_bf16(kcuda_ctx *ctx, float *part, const float *dout, int M, int N,
                                 kcuda_bf16 *cvt, int pitch);
 int kcuda_bias_partials_add(kcuda_ctx *ctx, float *dbias, const float *part, int M, int N);
+/* The same partial sums from a bf16 dout [M, N] (rows N apart), nothing converted. */
+int kcuda_bias_partials_bf16(kcuda_ctx *ctx, float *part, const kcuda_bf16 *dout, int M, int N);
 
 /* ---- RMSNorm -------------------------------------------------------------------
  * out = inp * rstd * weight, rstd[N] = 1/sqrt(mean(inp^2) + eps) (fp32, saved).
@@ -144,6 +146,8 @@ int kcuda_swiglu_forward_f32_bf16out(kcuda_ctx *ctx, kcuda_bf16 *out, const floa
                                      int N, int F);
 int kcuda_swiglu_backward_f32(kcuda_ctx *ctx, float *dinp, const float *dout,
                               const float *inp, int N, int F, int accumulate);
+int kcuda_swiglu_backward_f32_bf16out(kcuda_ctx *ctx, kcuda_bf16 *dinp, const float *dout,
+                                      const float *inp, int N, int F, int accumulate);
 
 /* ---- softmax cross-entropy (fp32 logits) --------------------------------------
  * As kcpu_crossentropy_*: losses[i] = logsumexp(logits[i,:]) - logits[i,targets[i]],
@@ -231,6 +235,8 @@ int kcuda_gelu_forward_f32_bf16out(kcuda_ctx *ctx, kcuda_bf16 *out, const float 
                                    size_t n, int kind);
 int kcuda_gelu_backward_f32(kcuda_ctx *ctx, float *dinp, const float *dout, const float *inp,
                             size_t n, int kind, int accumulate);
+int kcuda_gelu_backward_f32_bf16out(kcuda_ctx *ctx, kcuda_bf16 *dinp, const float *dout,
+                                    const float *inp, size_t n, int kind, int accumulate);
 
 /* Embedding: out[N,C] = table[ids[i], :] (ids a device array, trusted to lie in the
  * table, as in kernels.h).  Backward: dtable[ids[i], :] += dout[i, :] into an fp32 table,

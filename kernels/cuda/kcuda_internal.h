@@ -156,11 +156,26 @@ __device__ __forceinline__ void kcuda_st16(__nv_bfloat16 *p, const float *f)
     *(uint4 *)p = v;
 }
 
+/* 4 bf16 in one 8-byte load. */
+__device__ __forceinline__ void kcuda_ld8(float *f, const __nv_bfloat16 *p)
+{
+    uint2 v = *(const uint2 *)p;
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
+    float2 a = __bfloat1622float2(h[0]), b = __bfloat1622float2(h[1]);
+    f[0] = a.x;
+    f[1] = a.y;
+    f[2] = b.x;
+    f[3] = b.y;
+}
+
+/* W elements of T: one load of W * sizeof(T) bytes (16, or 8 for 4 bf16). */
 template <int W, typename T>
 __device__ __forceinline__ void kcuda_ldw(float *f, const T *p)
 {
     if constexpr (W == 1)
         f[0] = kcuda_ld(p);
+    else if constexpr (W * sizeof(T) == 8)
+        kcuda_ld8(f, p);
     else
         kcuda_ld16(f, p);
 }

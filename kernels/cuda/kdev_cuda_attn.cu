@@ -453,28 +453,32 @@ int cuda_attention_backward(kdev *d, float *dq, float *dk, float *dv, const floa
         return cuda_attention16_backward(d, dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens,
                                          nseq, max_seqlen, N, Hq, Hkv, D, causal, set);
     size_t nq = (size_t)N * Hq * D, nk = (size_t)N * Hkv * D;
-    float *zero[3] = { dq, dk, dv };
-    size_t count[3] = { nq, nk, nk };
-    for (int i = 0; set && i < 3; i++) {   /* the fp32 kernels add */
-        int rc = zero[i] ? cuda_err(d, cudaMemsetAsync(zero[i], 0, count[i] * sizeof(float),
-                                                       cuda_stream(d)), op)
-                         : 0;
-        if (rc)
-            return rc;
+    /* operands in bf16 activation memory through fp32 copies; gradients there through fp32
+     * copies (their values when added to) rounded back */
+    const float *in[7] = { q, k, v, out, dq, dk, dv };
+    size_t n[7] = { nq, nk, nk, nq, nq, nk, nk };
+    float *t[7], *gr[3] = { dq, dk, dv };
+    int rc = f32_operands(d, t, in, n, 7, op);
+    for (int i = 0; !rc && i < 3; i++) {
+        if (t[4 + i])
+            gr[i] = t[4 + i];
+        if (set && gr[i])   /* the fp32 kernels add */
+            rc = cuda_err(d, cudaMemsetAsync(gr[i], 0, n[4 + i] * sizeof(float),
+                                             cuda_stream(d)), op);
     }
-    /* operands in bf16 activation memory through fp32 copies */
-    const float *in[4] = { q, k, v, out };
-    size_t n[4] = { nq, nk, nk, nq };
-    float *t[4];
-    int rc = f32_operands(d, t, in, n, 4, op);
     cuda_att a;
     if (!rc) {
         rc = cuda_att_setup(d, op, &a, in[0], in[1], in[2], cu_seqlens, NULL, cu_seqlens, NULL,
                             nseq, max_seqlen, Hq, Hkv, D, causal);
         rc = rc ? (rc > 0 ? 0 : rc)
-                : cuda_att_bwd(d, op, dq, dk, dv, dout, in[3], lse, a, nseq, max_seqlen);
+                : cuda_att_bwd(d, op, gr[0], gr[1], gr[2], dout, in[3], lse, a, nseq,
+                               max_seqlen);
     }
-    return f32_release(d, t, 4, rc);
+    float *g[3] = { dq, dk, dv };
+    for (int i = 0; !rc && i < 3; i++)
+        if (t[4 + i])
+            rc = cuda_to_bf16(d, (kcuda_bf16 *)g[i], t[4 + i], n[4 + i], op);
+    return f32_release(d, t, 7, rc);
 }
 
 int cuda_attention_block_forward(kdev *d, float *out, float *lse, const float *q,

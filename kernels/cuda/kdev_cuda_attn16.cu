@@ -74,16 +74,21 @@ int cuda_attention16_backward(kdev *d, float *dq, float *dk, float *dv, const fl
     if (N <= 0 || nseq <= 0 || max_seqlen <= 0 || (!dq && !dk && !dv))
         return 0;
     size_t nq = (size_t)N * Hq * D, nk = (size_t)N * Hkv * D;
-    const float *src[8] = { q, k, v, out, dout, NULL, NULL, NULL };
+    /* the gradients: where one lies in bf16 activation memory the kernel adds into it
+     * (zeroed first when it is to be set), else into a zeroed bf16 copy added or written
+     * back */
+    float *g[3] = { dq, dk, dv };
+    const float *src[8] = { q, k, v, out, dout, dq, dk, dv };
     size_t count[8] = { nq, nk, nk, nq, nq, dq ? nq : 0, dk ? nk : 0, dv ? nk : 0 };
+    size_t n[3] = { count[5], count[6], count[7] };
     kcuda_bf16 *b[8];   /* q, k, v, out, dout, dq, dk, dv */
     int rc = carve_act16(d, b, count, src, 8, op);
     for (int i = 0; !rc && i < 5; i++)
         if (src[i])
             rc = cuda_to_bf16(d, b[i], src[i], count[i], op);
     for (int i = 5; !rc && i < 8; i++)
-        if (count[i])
-            rc = cuda_err(d, cudaMemsetAsync(b[i], 0, count[i] * sizeof(kcuda_bf16),
+        if (n[i - 5] && (src[i] || set))   /* a copy, or activation memory to be set */
+            rc = cuda_err(d, cudaMemsetAsync(b[i], 0, n[i - 5] * sizeof(kcuda_bf16),
                                              cuda_stream(d)),
                           op);
     if (!rc)
@@ -92,11 +97,8 @@ int cuda_attention16_backward(kdev *d, float *dq, float *dk, float *dv, const fl
                                                       b[0], b[1], b[2], b[3], lse, cu_seqlens,
                                                       nseq, max_seqlen, Hq, Hkv, D, causal),
                      op);
-    if (!rc)
-        rc = cuda_from_bf16(d, dq, b[5], count[5], !set, op);
-    if (!rc)
-        rc = cuda_from_bf16(d, dk, b[6], count[6], !set, op);
-    if (!rc)
-        rc = cuda_from_bf16(d, dv, b[7], count[7], !set, op);
+    for (int i = 0; !rc && i < 3; i++)
+        if (src[5 + i])
+            rc = cuda_from_bf16(d, g[i], b[5 + i], n[i], !set, op);
     return rc;
 }

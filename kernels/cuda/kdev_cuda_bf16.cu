@@ -198,17 +198,16 @@ int cuda_act_f32_free(kdev *d, float *x, int rc)
     return rc;
 }
 
-/* dst[r * cols + c] = bf16(src[r * spitch + c]): fused rows split into a packed bf16
- * activation, W = 4 columns a thread (one 16-byte load, one 8-byte store) where rows
- * allow it. */
-template <int W>
-__global__ void cuda_rows_to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t rows,
-                                         size_t cols, size_t spitch)
+/* dst[r * dpitch + c] = src[r * spitch + c] converted from TI to TO, W columns a thread
+ * (one 16- or 8-byte access each side) where rows allow it. */
+template <typename TO, typename TI, int W>
+__global__ void cuda_rows_convert_kernel(TO *dst, size_t dpitch, const TI *src, size_t spitch,
+                                         size_t rows, size_t cols)
 {
     size_t nv = cols / W;
     for (size_t r = blockIdx.y; r < rows; r += gridDim.y) {
-        const float *in = src + r * spitch;
-        __nv_bfloat16 *o = dst + r * cols;
+        const TI *in = src + r * spitch;
+        TO *o = dst + r * dpitch;
         for (size_t c = blockIdx.x * (size_t)blockDim.x + threadIdx.x; c < nv;
              c += (size_t)gridDim.x * blockDim.x) {
             float f[W];
@@ -218,26 +217,38 @@ __global__ void cuda_rows_to_bf16_kernel(__nv_bfloat16 *dst, const float *src, s
     }
 }
 
-int cuda_act_copy_rows(kdev *d, float *dst, const float *src, size_t spitch, size_t rows,
-                       size_t cols)
+template <typename TO, typename TI>
+static int rows_convert(kdev *d, TO *dst, size_t dpitch, const TI *src, size_t spitch,
+                        size_t rows, size_t cols, const char *op)
 {
-    static const char op[] = "act_copy_rows";
-    if (int rc = cuda_no_act16(d, op, "src", src))
-        return rc;
-    if (!cuda_act16(d, dst))
-        return cuda_copy_2d(d, dst, cols * sizeof(float), src, spitch * sizeof(float),
-                            cols * sizeof(float), rows);
-    if (!rows || !cols)
-        return 0;
-    int vec = cols % 4 == 0 && spitch % 4 == 0 && aligned(src, 16) && aligned(dst, 8);
+    /* 4 columns a thread: 16 bytes of fp32, 8 of bf16 */
+    int vec = cols % 4 == 0 && dpitch % 4 == 0 && spitch % 4 == 0 &&
+              aligned(src, 4 * sizeof(TI)) && aligned(dst, 4 * sizeof(TO));
     size_t w = vec ? cols / 4 : cols;
     unsigned gx = (unsigned)((w + CVT_THREADS - 1) / CVT_THREADS);
     dim3 grid(gx < 65535 ? gx : 65535, (unsigned)(rows < 65535 ? rows : 65535));
     if (vec)
-        cuda_rows_to_bf16_kernel<4><<<grid, CVT_THREADS, 0, cuda_stream(d)>>>(
-            (__nv_bfloat16 *)dst, src, rows, cols, spitch);
+        cuda_rows_convert_kernel<TO, TI, 4><<<grid, CVT_THREADS, 0, cuda_stream(d)>>>(
+            dst, dpitch, src, spitch, rows, cols);
     else
-        cuda_rows_to_bf16_kernel<1><<<grid, CVT_THREADS, 0, cuda_stream(d)>>>(
-            (__nv_bfloat16 *)dst, src, rows, cols, spitch);
+        cuda_rows_convert_kernel<TO, TI, 1><<<grid, CVT_THREADS, 0, cuda_stream(d)>>>(
+            dst, dpitch, src, spitch, rows, cols);
     return cuda_launched(d, op);
+}
+
+int cuda_act_copy_2d(kdev *d, float *dst, size_t dpitch, const float *src, size_t spitch,
+                     size_t rows, size_t cols)
+{
+    static const char op[] = "act_copy_2d";
+    int d16 = cuda_act16(d, dst), s16 = cuda_act16(d, src);
+    if (!rows || !cols)
+        return 0;
+    if (d16 == s16) {   /* the same type: a copy of bytes */
+        size_t e = d16 ? sizeof(kcuda_bf16) : sizeof(float);
+        return cuda_copy_2d(d, dst, dpitch * e, src, spitch * e, cols * e, rows);
+    }
+    typedef __nv_bfloat16 bf;
+    if (d16)
+        return rows_convert(d, (bf *)dst, dpitch, src, spitch, rows, cols, op);
+    return rows_convert(d, dst, dpitch, (const bf *)src, spitch, rows, cols, op);
 }

@@ -16,9 +16,9 @@
  * backward's products run over the padded width; with a bias, the same pass over dout
  * sums its columns (kcuda_bias_partials_to_bf16).  HERR_NOALGO (cuBLASLt has no
  * algorithm) comes before anything is written, so that a GEMM of the pair never fails
- * after the other has added its part.  An inp in bf16 activation memory (kdev.h) is the
- * operand as it lies (rows padded into the scratch only where K % 8 != 0): nothing to
- * convert. */
+ * after the other has added its part.  An inp or dout in bf16 activation memory (kdev.h)
+ * is the operand as it lies (rows padded into the scratch only where K, or N, % 8 != 0):
+ * nothing to convert; dbias then sums dout's bf16 values. */
 #include "cuda/kdev_cuda_internal.h"
 
 /* rows x K fp32 into bf16 rows Kp >= K apart (pad zero). */
@@ -152,9 +152,14 @@ int cuda_matmul16_backward_from(kdev *d, float *dinp, float *dweight, float *dbi
      * the padded 50264 (16384 x 768, H100, bench_kdev_gpu); dW's 50257 rows 2.6 against
      * 1.7.  The weight gets zero pad rows, dW a padded fp32 copy that takes the sum. */
     int Np = cuda_pitch8(N), Kp = cuda_pitch8(K), pad = Np != N || Kp != K;
+    /* dout in bf16 activation memory: the operand itself, or its rows padded */
+    int act = !dout16 && cuda_act16(d, dout);
+    if (act)
+        dout16 = (const kcuda_bf16 *)dout;
     /* dout, inp, weight, the bias gradient's partial sums, the padded dW and the padded
      * dinp (the last three fp32, counted as bf16 pairs) */
-    size_t count[6] = { dout16 ? 0 : (size_t)M * Np,
+    size_t count[6] = { act ? operand16_count(d, dout, (size_t)M, N, Np)
+                            : dout16 ? 0 : (size_t)M * Np,
                         dweight ? operand16_count(d, inp, (size_t)M, K, Kp) : 0,
                         dinp ? (size_t)Np * Kp : 0,
                         dbias ? 2 * kcuda_bias_partials_floats(M, N) : 0,
@@ -166,9 +171,18 @@ int cuda_matmul16_backward_from(kdev *d, float *dinp, float *dweight, float *dbi
     float *di = Kp != K ? NULL : dinp;
     size_t padbytes = (size_t)(Np - N) * Kp;
     int rc = 0;
-    if (dinp || dweight) {
+    if (dinp || dweight || act) {
         rc = cuda_carve_bf16(d, b, count, 6, op);
-        if (dout16)
+        const kcuda_bf16 *x0 = NULL;
+        if (act && !rc)
+            rc = operand16(d, &x0, b[0], dout, (size_t)M, N, Np, op);
+        if (act && !rc && dbias) {   /* the column sums of the bf16 values */
+            part = (float *)b[3];
+            rc = cuda_kc(d, kcuda_bias_partials_bf16(k, part, dout16, M, N), op);
+        }
+        if (act)
+            b[0] = (kcuda_bf16 *)x0;
+        else if (dout16)
             b[0] = (kcuda_bf16 *)dout16;
         else if (!rc && dbias) {   /* dout read once for its conversion and its column sums */
             part = (float *)b[3];

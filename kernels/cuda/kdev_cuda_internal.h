@@ -103,8 +103,8 @@ CUDA_PRIVATE size_t cuda_act_bytes(const kdev *d);
 CUDA_PRIVATE int cuda_alloc_act(kdev *d, void **p, size_t count);
 /* Whether p lies in bf16 activation memory (a scan of the few activation blocks). */
 CUDA_PRIVATE int cuda_act16(const kdev *d, const void *p);
-CUDA_PRIVATE int cuda_act_copy_rows(kdev *d, float *dst, const float *src, size_t spitch,
-                                    size_t rows, size_t cols);
+CUDA_PRIVATE int cuda_act_copy_2d(kdev *d, float *dst, size_t dpitch, const float *src,
+                                  size_t spitch, size_t rows, size_t cols);
 /* HERR_ARG, naming the op and the argument, when p lies in bf16 activation memory: for
  * the ops that read and write fp32 only (kdev.h, "activation memory"). */
 CUDA_PRIVATE int cuda_no_act16(kdev *d, const char *op, const char *arg, const void *p);

@@ -186,21 +186,20 @@ int cuda_matmul_backward(kdev *d, float *dinp, float *dweight, float *dbias, con
     if (K <= 0) {
         if (!dbias)
             return 0;
+        if (int rc = cuda_no_act16(d, "matmul_backward", "dout", dout))
+            return rc;
         cuda_dbias_kernel<<<(N + THREADS - 1) / THREADS, THREADS, 0, cuda_stream(d)>>>(
             dbias, dout, M, N);
         return cuda_launched(d, "matmul_backward: dbias");
     }
     if (!dinp && !dweight && !dbias)
         return 0;
-    int rc = cuda_no_act16(d, "matmul_backward", "dout", dout);
-    if (!rc)
-        rc = cuda_no_act16(d, "matmul_backward", "dinp", dinp);
+    int rc = cuda_no_act16(d, "matmul_backward", "dinp", dinp);
     if (rc)
         return rc;
     if (cuda_st(d)->prec == KDEV_PREC_BF16) {
         /* HERR_NOALGO comes before anything is added: safe to redo in fp32 operands */
-        rc = cuda_matmul16_backward(d, dinp, dweight, dbias, dout, inp, weight, M, K, N,
-                                        set);
+        rc = cuda_matmul16_backward(d, dinp, dweight, dbias, dout, inp, weight, M, K, N, set);
         if (rc != HERR_NOALGO)
             return rc;
     }
@@ -211,13 +210,16 @@ int cuda_matmul_backward(kdev *d, float *dinp, float *dweight, float *dbias, con
         if (rc)
             return rc;
     }
-    float *x = NULL;   /* an fp32 copy of inp where it is bf16 activation memory */
+    /* fp32 copies of inp and dout where they are bf16 activation memory */
+    float *x = NULL, *g = NULL;
     rc = dweight ? cuda_act_f32(d, &x, inp, (size_t)M * K, "matmul_backward") : 0;
     if (!rc)
-        rc = cuda_kc(d, kcuda_matmul_backward_f32(cuda_st(d)->k, dinp, dweight, dbias, dout,
-                                                  x ? x : inp, weight, M, K, N),
+        rc = cuda_act_f32(d, &g, dout, (size_t)M * N, "matmul_backward");
+    if (!rc)
+        rc = cuda_kc(d, kcuda_matmul_backward_f32(cuda_st(d)->k, dinp, dweight, dbias,
+                                                  g ? g : dout, x ? x : inp, weight, M, K, N),
                      "matmul_backward");
-    return cuda_act_f32_free(d, x, rc);
+    return cuda_act_f32_free(d, g, cuda_act_f32_free(d, x, rc));
 }
 
 /* ---- embedding ------------------------------------------------------------------------ */
@@ -380,8 +382,10 @@ int cuda_rope_backward(kdev *d, float *dx, const float *cos, const float *sin, i
 {
     if (N <= 0 || H <= 0 || D <= 1)
         return 0;
-    if (int rc = cuda_no_act16(d, "rope_backward", "dx", dx))
-        return rc;
+    if (cuda_act16(d, dx))
+        return cuda_kc(d, kcuda_rope_backward_bf16(cuda_st(d)->k, (kcuda_bf16 *)dx, cos, sin, N,
+                                                   H, D),
+                       "rope_backward");
     return cuda_kc(d, kcuda_rope_backward_f32(cuda_st(d)->k, dx, cos, sin, N, H, D),
                    "rope_backward");
 }
@@ -410,6 +414,10 @@ int cuda_swiglu_backward(kdev *d, float *dinp, const float *dout, const float *i
         rc = cuda_no_act16(d, "swiglu_backward", "dout", dout);
     if (rc)
         return rc;
+    if (cuda_act16(d, dinp))
+        return cuda_kc(d, kcuda_swiglu_backward_f32_bf16out(cuda_st(d)->k, (kcuda_bf16 *)dinp,
+                                                            dout, inp, N, F, !set),
+                       "swiglu_backward");
     return cuda_kc(d, kcuda_swiglu_backward_f32(cuda_st(d)->k, dinp, dout, inp, N, F, !set),
                    "swiglu_backward");
 }
@@ -438,6 +446,10 @@ int cuda_gelu_backward(kdev *d, float *dinp, const float *dout, const float *inp
         rc = cuda_no_act16(d, "gelu_backward", "dout", dout);
     if (rc)
         return rc;
+    if (cuda_act16(d, dinp))
+        return cuda_kc(d, kcuda_gelu_backward_f32_bf16out(cuda_st(d)->k, (kcuda_bf16 *)dinp,
+                                                          dout, inp, n, (int)kind, !set),
+                       "gelu_backward");
     return cuda_kc(d, kcuda_gelu_backward_f32(cuda_st(d)->k, dinp, dout, inp, n, (int)kind,
                                               !set),
                    "gelu_backward");

@@ -15,15 +15,15 @@ __global__ void swiglu_fwd_kernel(TO *out, const T *inp, int N, int F)
 }
 
 /* d gate = dy * up * s * (1 + g (1 - s)),  d up = dy * g * s */
-template <typename T>
-__global__ void swiglu_bwd_kernel(T *dinp, const T *dout, const T *inp, int N, int F, int acc)
+template <typename T, typename TO = T>
+__global__ void swiglu_bwd_kernel(TO *dinp, const T *dout, const T *inp, int N, int F, int acc)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)N * F)
         return;
     size_t row = i / F, col = i % F;
     const T *in = inp + row * 2 * F;
-    T *din = dinp + row * 2 * F;
+    TO *din = dinp + row * 2 * F;
     float g = kcuda_ld(in + col), u = kcuda_ld(in + F + col), dy = kcuda_ld(dout + i);
     float s = 1.0f / (1.0f + expf(-g));
     float dg = dy * u * s * (1.0f + g * (1.0f - s)), du = dy * g * s;
@@ -43,14 +43,14 @@ static int fwd(kcuda_ctx *ctx, TO *out, const T *inp, int N, int F)
     return kcuda_check_launch(ctx, "swiglu_fwd_kernel");
 }
 
-template <typename T>
-static int bwd(kcuda_ctx *ctx, T *dinp, const T *dout, const T *inp, int N, int F, int acc)
+template <typename T, typename TO = T>
+static int bwd(kcuda_ctx *ctx, TO *dinp, const T *dout, const T *inp, int N, int F, int acc)
 {
     if (N <= 0 || F <= 0)
         return kcuda_fail(ctx, KCUDA_EARG, "kcuda_swiglu_backward: bad shape N=%d F=%d", N, F);
     size_t n = (size_t)N * F;
-    swiglu_bwd_kernel<T><<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(dinp, dout, inp,
-                                                                               N, F, acc);
+    swiglu_bwd_kernel<T, TO><<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(
+        dinp, dout, inp, N, F, acc);
     return kcuda_check_launch(ctx, "swiglu_bwd_kernel");
 }
 
@@ -85,4 +85,11 @@ extern "C" int kcuda_swiglu_forward_f32_bf16out(kcuda_ctx *ctx, kcuda_bf16 *out,
                                                 const float *inp, int N, int F)
 {
     return fwd<float, bf>(ctx, (bf *)out, inp, N, F);
+}
+
+extern "C" int kcuda_swiglu_backward_f32_bf16out(kcuda_ctx *ctx, kcuda_bf16 *dinp,
+                                                 const float *dout, const float *inp, int N,
+                                                 int F, int accumulate)
+{
+    return bwd<float, bf>(ctx, (bf *)dinp, dout, inp, N, F, accumulate);
 }

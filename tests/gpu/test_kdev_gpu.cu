@@ -885,7 +885,8 @@ static struct dp act_rounded(struct tctx *t, struct dp b, size_t n)
 }
 
 /* The matmul with inp in activation memory: forward (N % 4 != 0 takes the padded path),
- * backward with every gradient, and the _set form; K % 8 != 0 pads the bf16 rows. */
+ * the backward with every gradient (_set form), and again with dout in activation memory
+ * too (dbias from its bf16 values); K or N % 8 != 0 pads the bf16 rows. */
 static int act_mm_case(struct tctx *t, const char *tag, int M, int K, int N)
 {
     char w[64];
@@ -899,7 +900,10 @@ static int act_mm_case(struct tctx *t, const char *tag, int M, int K, int N)
     struct dp o = dp_nan(t, (size_t)M * N), dout = dp_rand(t, (size_t)M * N, -1, 1);
     float *hdw = hrand(t, (size_t)N * K, -1, 1);
     struct dp di = dp_nan(t, nx), dw = dp_make(t, hdw, (size_t)N * K * 4);
-    struct dp db = dp_rand(t, N, -1, 1);
+    float *hdb = hrand(t, N, -1, 1);
+    struct dp db = dp_make(t, hdb, (size_t)N * 4);
+    struct dp da = act_rounded(t, dout, (size_t)M * N), di2 = dp_nan(t, nx);
+    struct dp dw2 = dp_make(t, hdw, (size_t)N * K * 4), db2 = dp_make(t, hdb, (size_t)N * 4);
     if (t->bad)
         return 1;
     for (k = 0; k < 2; k++) {
@@ -907,9 +911,12 @@ static int act_mm_case(struct tctx *t, const char *tag, int M, int K, int N)
         CK(kdev_matmul_forward(t->d[k], FP(o, k), in, FP(wt, k), FP(bias, k), M, K, N));
         CK(kdev_matmul_backward_set(t->d[k], FP(di, k), FP(dw, k), FP(db, k), FP(dout, k), in,
                                     FP(wt, k), M, K, N));
+        CK(kdev_matmul_backward_set(t->d[k], FP(di2, k), FP(dw2, k), FP(db2, k),
+                                    k ? FP(da, 1) : FP(dout, 0), in, FP(wt, k), M, K, N));
     }
     struct { const char *n; struct dp b; size_t len; } chk[] = {
-        {"out", o, (size_t)M * N}, {"dinp", di, nx}, {"dw", dw, (size_t)N * K}, {"db", db, (size_t)N}};
+        {"out", o, (size_t)M * N}, {"dinp", di, nx}, {"dw", dw, (size_t)N * K}, {"db", db, (size_t)N},
+        {"dinp.act", di2, nx}, {"dw.act", dw2, (size_t)N * K}, {"db.act", db2, (size_t)N}};
     for (size_t i = 0; i < sizeof chk / sizeof chk[0]; i++) {
         snprintf(w, sizeof w, "%s.%s", tag, chk[i].n);
         f += cmp_tol(t, w, chk[i].b, chk[i].len, TOL_BF16);
@@ -958,8 +965,8 @@ static int act_producers(struct tctx *t, int N, int C)
         if (t->bad)
             return f + t->bad;
         for (k = 0; k < 2; k++)
-            CK(kdev_act_copy_rows(t->d[k], k ? FP(pa, 1) : FP(pc, 0), FP(x, k) + 8, (size_t)C,
-                                  (size_t)N, (size_t)cols[i]));
+            CK(kdev_act_copy_2d(t->d[k], k ? FP(pa, 1) : FP(pc, 0), (size_t)cols[i],
+                                FP(x, k) + 8, (size_t)C, (size_t)N, (size_t)cols[i]));
         f += cmp_act(t, i ? "copy_rows30" : "copy_rows32", pc, pa, nc, TOL_BF16);
     }
     /* RoPE in place on activation memory: x [N, H, D] */
@@ -971,6 +978,47 @@ static int act_producers(struct tctx *t, int N, int C)
     for (k = 0; k < 2; k++)
         CK(kdev_rope_forward(t->d[k], k ? FP(ra, 1) : FP(rx, 0), FP(cs, k), FP(sn, k), N, H, D));
     f += cmp_act(t, "rope", rx, ra, n, TOL_BF16);
+    /* RoPE backward, GELU and SwiGLU backward written into activation memory (the _set
+     * forms, and GELU's accumulating form on the values there) */
+    struct dp rb = dp_rand(t, n, -1, 1), rba = act_rounded(t, rb, n);
+    struct dp dy = dp_rand(t, ng, -1, 1), gb = dp_nan(t, ng), gba = act_make(t, NULL, ng);
+    struct dp sb = dp_nan(t, n), sba = act_make(t, NULL, n);
+    struct dp gacc = dp_rand(t, ng, -1, 1), gacca = act_rounded(t, gacc, ng);
+    if (t->bad)
+        return f + t->bad;
+    for (k = 0; k < 2; k++) {
+        kdev *d = t->d[k];
+        CK(kdev_rope_backward(d, k ? FP(rba, 1) : FP(rb, 0), FP(cs, k), FP(sn, k), N, H, D));
+        CK(kdev_gelu_backward_set(d, k ? FP(gba, 1) : FP(gb, 0), FP(dy, k), FP(x, k), ng,
+                                  KGELU_TANH));
+        CK(kdev_gelu_backward(d, k ? FP(gacca, 1) : FP(gacc, 0), FP(dy, k), FP(x, k), ng,
+                              KGELU_TANH));
+        CK(kdev_swiglu_backward_set(d, k ? FP(sba, 1) : FP(sb, 0), FP(dy, k), FP(x, k), N, F));
+    }
+    f += cmp_act(t, "rope_bwd", rb, rba, n, TOL_BF16);
+    f += cmp_act(t, "gelu_bwd", gb, gba, ng, TOL_BF16);
+    f += cmp_act(t, "gelu_bwd_acc", gacc, gacca, ng, TOL_BF16);
+    f += cmp_act(t, "swiglu_bwd", sb, sba, n, TOL_BF16);
+    /* the gradients' merge: packed bf16 rows into columns [4, 4 + 32) of C-wide rows, into
+     * fp32 and into activation memory */
+    size_t np = (size_t)N * 32;
+    float *hp = hrand(t, np, -1, 1);
+    for (size_t i = 0; i < np; i++)
+        hp[i] = bf16_round(hp[i]);
+    struct dp pk = dp_make(t, hp, np * 4), pka = act_make(t, hp, np);
+    struct dp m32 = dp_rand(t, n, -1, 1), mh = dp_make(t, dl(t, 0, m32), n * 4);
+    struct dp ma = act_rounded(t, mh, n);
+    if (t->bad)
+        return f + t->bad;
+    for (k = 0; k < 2; k++)
+        CK(kdev_act_copy_2d(t->d[k], FP(m32, k) + 4, (size_t)C, k ? FP(pka, 1) : FP(pk, 0),
+                            32, (size_t)N, 32));
+    k = 0;
+    CK(kdev_act_copy_2d(t->d[0], FP(mh, 0) + 4, (size_t)C, FP(pk, 0), 32, (size_t)N, 32));
+    CK(kdev_act_copy_2d(t->d[1], kdev_act_at(t->d[1], FP(ma, 1), 4), (size_t)C, FP(pka, 1), 32,
+                        (size_t)N, 32));
+    f += cmp_tol(t, "merge_to_f32", m32, n, 0);
+    f += cmp_act(t, "merge_to_act", mh, ma, n, 0);
     return f + t->bad;
 }
 
@@ -1005,12 +1053,35 @@ static int act_att_case(struct tctx *t, const char *tag, const int *lens, int ns
     k = 0;
     CK(kdev_upload(t->d[0], a.out.p[0], ho, nq * sizeof(float)));
     dp_set(t, a.lse, hl);
-    for (k = 0; k < 2; k++)
+    /* the gradients in fp32, then in activation memory written (_set) and added to */
+    struct dp gq = act_make(t, NULL, nq), gk = act_make(t, NULL, nk), gv = act_make(t, NULL, nk);
+    struct dp aq = act_rounded(t, a.dq, nq), ak = act_rounded(t, a.dk, nk);
+    struct dp av = act_rounded(t, a.dv, nk), cq = dp_nan(t, nq), ck_ = dp_nan(t, nk);
+    struct dp cv = dp_nan(t, nk);
+    if (t->bad)
+        return 1;
+    for (k = 0; k < 2; k++) {
+        const float *q = k ? FP(qa, 1) : FP(a.q, 0), *kk = k ? FP(ka, 1) : FP(a.k, 0);
+        const float *v = k ? FP(va, 1) : FP(a.v, 0), *o = k ? FP(oa, 1) : FP(a.out, 0);
         CK(kdev_attention_backward_set(t->d[k], FP(sq, k), FP(sk, k), FP(sv, k), FP(a.dout, k),
-                                       k ? FP(qa, 1) : FP(a.q, 0), k ? FP(ka, 1) : FP(a.k, 0),
-                                       k ? FP(va, 1) : FP(a.v, 0),
-                                       k ? FP(oa, 1) : FP(a.out, 0), FP(a.lse, k), IP(a.cu, k),
+                                       q, kk, v, o, FP(a.lse, k), IP(a.cu, k), nseq, a.maxlen,
+                                       a.N, Hq, Hkv, D, 1));
+        CK(kdev_attention_backward_set(t->d[k], k ? FP(gq, 1) : FP(cq, 0),
+                                       k ? FP(gk, 1) : FP(ck_, 0), k ? FP(gv, 1) : FP(cv, 0),
+                                       FP(a.dout, k), q, kk, v, o, FP(a.lse, k), IP(a.cu, k),
                                        nseq, a.maxlen, a.N, Hq, Hkv, D, 1));
+        CK(kdev_attention_backward(t->d[k], k ? FP(aq, 1) : FP(a.dq, 0),
+                                   k ? FP(ak, 1) : FP(a.dk, 0), k ? FP(av, 1) : FP(a.dv, 0),
+                                   FP(a.dout, k), q, kk, v, o, FP(a.lse, k), IP(a.cu, k), nseq,
+                                   a.maxlen, a.N, Hq, Hkv, D, 1));
+    }
+    struct { const char *n; struct dp c, g; size_t len; } ga[] = {
+        {"dq.act", cq, gq, nq}, {"dk.act", ck_, gk, nk}, {"dv.act", cv, gv, nk},
+        {"dq.acc", a.dq, aq, nq}, {"dk.acc", a.dk, ak, nk}, {"dv.acc", a.dv, av, nk}};
+    for (int i = 0; i < 6; i++) {
+        snprintf(w, sizeof w, "%s.%s", tag, ga[i].n);
+        f += cmp_act(t, w, ga[i].c, ga[i].g, ga[i].len, TOL_BF16);
+    }
     struct { const char *n; struct dp b; size_t len; } chk[] = {
         {"dq", sq, nq}, {"dk", sk, nk}, {"dv", sv, nk}};
     for (int i = 0; i < 3; i++) {

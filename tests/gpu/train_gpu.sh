@@ -35,7 +35,11 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
 fi
 
 VLM=(--config contrib/examples/tiny-vlm-cpu.yaml --set train.steps=10)
-MOE=(--config contrib/examples/tiny-vlm-moe-cpu.yaml --set train.steps=10)
+# tiny-vlm-moe at its example's lr (2e-3) meets a gradient spike at step 8 (grad norm 29.5,
+# clipped to 1) that turns bf16 rounding into a different trajectory: steps 1-7 agree with
+# the cpu within 3.5e-4 relative, steps 8-10 drift to 3e-2 (H100, activations in bf16).
+# At 1e-3 the ten steps measure the arithmetic rather than that spike.
+MOE=(--config contrib/examples/tiny-vlm-moe-cpu.yaml --set train.steps=10 --set train.lr=1.0e-3)
 GPT=(--set model=gpt2-124m --set model.decoder.layers=2 --set train.seq_len=128
      --set train.micro_batch=2 --set train.global_batch=4 --set train.steps=10)
 

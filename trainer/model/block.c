@@ -276,6 +276,10 @@ enum {
     SH_H1, SH_MEAN1, SH_RSTD1, SH_QR, SH_KR, SH_QRS, SH_KRS, SH_Q, SH_K, SH_V, SH_ATT,
     SH_LSE, SH_X1, SH_H2, SH_MEAN2, SH_RSTD2, SH_U, SH_A, SH_COUNT
 };
+/* Scratch gradients in activation memory (stack.act bits past the SH_ ones): du, the
+ * activation's input gradient; dq, dk, dv and their merge dqkv (a buffer of its own only
+ * where the activation type is narrower than fp32; else sc.qkv serves, as without). */
+enum { ACT_DU = SH_COUNT, ACT_DQKV };
 
 typedef struct {
     farena *fa;
@@ -358,11 +362,13 @@ static void stack_take(stack *st, farena *fa, aarena *aa, iarena *ia, iarena *ih
     sc->ep_buf = ep_buf;
     sc->ep_cap = ep_cap;
     sc->aux_d = aux_d;
+    int gact = st->act >> ACT_DQKV & 1u;
     sc->qkv = fa_take(fa, n * c->QKV);
     sc->tmp = fa_take(fa, n * c->H);
-    sc->dq = fa_take(fa, n * c->QD);
-    sc->dk = fa_take(fa, n * c->KD);
-    sc->dv = fa_take(fa, n * c->KD);
+    sc->dq = gact ? aa_take(aa, n * c->QD) : fa_take(fa, n * c->QD);
+    sc->dk = gact ? aa_take(aa, n * c->KD) : fa_take(fa, n * c->KD);
+    sc->dv = gact ? aa_take(aa, n * c->KD) : fa_take(fa, n * c->KD);
+    sc->dqkv = gact && aa->esz < sizeof(float) ? aa_take(aa, n * c->QKV) : sc->qkv;
     sc->dqr = qkn ? fa_take(fa, n * c->QD) : NULL;
     sc->dkr = qkn ? fa_take(fa, n * c->KD) : NULL;
     sc->datt = fa_take(fa, n * c->QD);
@@ -378,7 +384,7 @@ static void stack_take(stack *st, farena *fa, aarena *aa, iarena *ia, iarena *ih
         if ((size_t)c->Fs > wa)
             wa = (size_t)c->Fs;
     }
-    sc->du = fa_take(fa, n * wu);
+    sc->du = st->act >> ACT_DU & 1u ? aa_take(aa, n * wu) : fa_take(fa, n * wu);
     sc->da = fa_take(fa, n * wa);
     if (any_moe)
         moe_take_scratch(c, sc, fa, N);
@@ -398,12 +404,14 @@ static unsigned act_buffers(const stack *st)
     if (tp_on(st) || st->cp_comm || st->chunked)
         return 0;
     unsigned m = 1u << SH_H1 | 1u << SH_ATT | 1u << SH_H2 | 1u << SH_A | 1u << SH_Q |
-                 1u << SH_K | 1u << SH_V;
+                 1u << SH_K | 1u << SH_V | 1u << ACT_DU | 1u << ACT_DQKV;
+    if (st->c.s->qk_norm)   /* dq, dk feed the q/k norms' backward */
+        m &= ~(1u << ACT_DQKV);
     for (int l = 0; l < st->L; l++) {
         if (st->layers[l].p.fp8)
             return 0;
-        if (st->layers[l].moe)
-            m &= ~(1u << SH_H2);
+        if (st->layers[l].moe)   /* the shared expert's backward zeroes du as floats */
+            m &= ~(1u << SH_H2 | 1u << ACT_DU);
     }
     return m;
 }
@@ -493,9 +501,10 @@ static int attn_forward(stack *st, block *b, const float *x, const stack_ctx *ct
     float *qd = s->qk_norm ? b->qr : b->q;
     float *kd = s->qk_norm ? b->kr : b->k;
     size_t row = (size_t)c->QKV;
-    kdev_act_copy_rows(dev, qd, sc->qkv, row, (size_t)N, (size_t)c->QD);
-    kdev_act_copy_rows(dev, kd, sc->qkv + c->QD, row, (size_t)N, (size_t)c->KD);
-    kdev_act_copy_rows(dev, b->v, sc->qkv + c->QD + c->KD, row, (size_t)N, (size_t)c->KD);
+    size_t nq = (size_t)c->QD, nk = (size_t)c->KD;
+    kdev_act_copy_2d(dev, qd, nq, sc->qkv, row, (size_t)N, nq);
+    kdev_act_copy_2d(dev, kd, nk, sc->qkv + c->QD, row, (size_t)N, nk);
+    kdev_act_copy_2d(dev, b->v, nk, sc->qkv + c->QD + c->KD, row, (size_t)N, nk);
     if (s->qk_norm) {
         kdev_rmsnorm_forward(dev, b->q, b->qrs, b->qr, p->q_norm_w, N * c->Hq, c->D,
                              s->norm_eps);
@@ -768,6 +777,14 @@ static int dense_mlp_backward(stack *st, block *b, const stack_ctx *ctx, hearth_
     return 0;
 }
 
+/* Column i of dqkv's first row: elements of activation memory where dqkv has its own
+ * buffer there, else floats (it is sc.qkv). */
+static float *dqkv_at(const stack *st, size_t i)
+{
+    const stack_scratch *sc = &st->sc;
+    return sc->dqkv != sc->qkv ? kdev_act_at(st->c.dev, sc->dqkv, i) : sc->dqkv + i;
+}
+
 static int attn_backward(stack *st, block *b, const float *x, const stack_ctx *ctx,
                          hearth_err *err)
 {
@@ -818,14 +835,13 @@ static int attn_backward(stack *st, block *b, const float *x, const stack_ctx *c
         dqd = sc->dqr;
         dkd = sc->dkr;
     }
-    size_t row = (size_t)c->QKV * sizeof(float), fq = sizeof(float) * (size_t)c->QD,
-           fk = sizeof(float) * (size_t)c->KD;
-    kdev_copy_2d(dev, sc->qkv, row, dqd, fq, fq, (size_t)N);
-    kdev_copy_2d(dev, sc->qkv + c->QD, row, dkd, fk, fk, (size_t)N);
-    kdev_copy_2d(dev, sc->qkv + c->QD + c->KD, row, sc->dv, fk, fk, (size_t)N);
+    size_t row = (size_t)c->QKV, fq = (size_t)c->QD, fk = (size_t)c->KD;
+    kdev_act_copy_2d(dev, sc->dqkv, row, dqd, fq, (size_t)N, fq);
+    kdev_act_copy_2d(dev, dqkv_at(st, fq), row, dkd, fk, (size_t)N, fk);
+    kdev_act_copy_2d(dev, dqkv_at(st, fq + fk), row, sc->dv, fk, (size_t)N, fk);
     float *dh = sc->tmp;
     if ((rc = fp8_linear_backward_set(st->c.dev, p->fp8, FP8_QKV, 0, dh, g->qkv_w, g->qkv_b,
-                                      sc->qkv, b->h1, p->qkv_w, N, c->H, c->QKV, err)))
+                                      sc->dqkv, b->h1, p->qkv_w, N, c->H, c->QKV, err)))
         return rc;
     if ((rc = rows_reduce(st, dh, N, Nl, c->H, err)))
         return rc;

@@ -166,7 +166,9 @@ typedef struct {
 
 /* Backward scratch shared by the blocks of a stack (sized for the largest layer). */
 typedef struct {
-    float *qkv;             /* forward: qkv linear output; backward: its gradient */
+    float *qkv;             /* forward: qkv linear output */
+    float *dqkv;            /* backward: its gradient (qkv itself, or activation memory:
+                               block.c ACT_DQKV); dq, dk, dv and du may lie there too */
     float *tmp;             /* [N, H]: linear outputs before the residual add; dh */
     float *dq, *dk, *dv, *dqr, *dkr, *datt;
     float *du, *da;         /* dense / shared-expert MLP gradients */

@@ -148,9 +148,10 @@ int kdev_scatter_rows(kdev *d, float *dst, const float *src, const int *idx, int
 int kdev_add_bias(kdev *d, float *x, const float *bias, int n, int C);
 
 /* ---- kernels.h, on the device --------------------------------------------------------
- * act: matmul_forward/backward inp; rmsnorm/layernorm_forward out; rope_forward x;
- * attention_forward q, k, v, out and attention_backward q, k, v, out; swiglu/gelu_forward
- * out (see "activation memory"). */
+ * act: matmul_forward inp; matmul_backward dinp, dout, inp; rmsnorm/layernorm_forward out;
+ * rope_forward x, rope_backward dx; attention_forward q, k, v, out and attention_backward
+ * every tensor but lse; swiglu/gelu_forward out and their backward's dinp and dout (see
+ * "activation memory"). */
 int kdev_matmul_forward(kdev *d, float *out, const float *inp, const float *weight,
                         const float *bias, int M, int K, int N);
 int kdev_matmul_backward(kdev *d, float *dinp, float *dweight, float *dbias,

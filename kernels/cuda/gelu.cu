@@ -43,8 +43,10 @@ __global__ void gelu_fwd_kernel(TO *out, const T *inp, size_t n, int erf_kind)
         kcuda_st(out + i, gelu(kcuda_ld(inp + i), erf_kind));
 }
 
-template <typename T, int W, typename TO = T>
-__global__ void gelu_bwd_kernel(TO *dinp, const T *dout, const T *inp, size_t n, int erf_kind,
+/* TO, TD: dinp's and dout's types (T, or bf16 beside an fp32 inp: kdev's activation
+ * memory). */
+template <typename T, int W, typename TO = T, typename TD = T>
+__global__ void gelu_bwd_kernel(TO *dinp, const TD *dout, const T *inp, size_t n, int erf_kind,
                                 int acc)
 {
     size_t stride = (size_t)gridDim.x * blockDim.x, nv = n / W;
@@ -103,8 +105,8 @@ static int fwd(kcuda_ctx *ctx, TO *out, const T *inp, size_t n, int kind)
     return kcuda_check_launch(ctx, "gelu_fwd_kernel");
 }
 
-template <typename T, typename TO = T>
-static int bwd(kcuda_ctx *ctx, TO *dinp, const T *dout, const T *inp, size_t n, int kind,
+template <typename T, typename TO = T, typename TD = T>
+static int bwd(kcuda_ctx *ctx, TO *dinp, const TD *dout, const T *inp, size_t n, int kind,
                int acc)
 {
     int rc = gelu_args(ctx, dinp, dout, kind, "kcuda_gelu_backward");
@@ -114,10 +116,10 @@ static int bwd(kcuda_ctx *ctx, TO *dinp, const T *dout, const T *inp, size_t n, 
         return kcuda_fail(ctx, KCUDA_EARG, "kcuda_gelu_backward: NULL tensor");
     const int W = kcuda_vec<T>::n;
     if (kcuda_vec_ok<T>(0, dinp, dout, inp))
-        gelu_bwd_kernel<T, W, TO><<<gelu_blocks(n, W), GELU_THREADS, 0, ctx->stream>>>(
+        gelu_bwd_kernel<T, W, TO, TD><<<gelu_blocks(n, W), GELU_THREADS, 0, ctx->stream>>>(
             dinp, dout, inp, n, kind, acc);
     else
-        gelu_bwd_kernel<T, 1, TO><<<gelu_blocks(n, 1), GELU_THREADS, 0, ctx->stream>>>(
+        gelu_bwd_kernel<T, 1, TO, TD><<<gelu_blocks(n, 1), GELU_THREADS, 0, ctx->stream>>>(
             dinp, dout, inp, n, kind, acc);
     return kcuda_check_launch(ctx, "gelu_bwd_kernel");
 }
@@ -155,9 +157,17 @@ extern "C" int kcuda_gelu_forward_f32_bf16out(kcuda_ctx *ctx, kcuda_bf16 *out, c
     return fwd<float, bf>(ctx, (bf *)out, inp, n, kind);
 }
 
-extern "C" int kcuda_gelu_backward_f32_bf16out(kcuda_ctx *ctx, kcuda_bf16 *dinp,
-                                               const float *dout, const float *inp, size_t n,
-                                               int kind, int accumulate)
+extern "C" int kcuda_gelu_backward_f32in(kcuda_ctx *ctx, void *dinp, int dinp_bf16,
+                                         const void *dout, int dout_bf16, const float *inp,
+                                         size_t n, int kind, int accumulate)
 {
-    return bwd<float, bf>(ctx, (bf *)dinp, dout, inp, n, kind, accumulate);
+    if (dinp_bf16 && dout_bf16)
+        return bwd<float, bf, bf>(ctx, (bf *)dinp, (const bf *)dout, inp, n, kind, accumulate);
+    if (dinp_bf16)
+        return bwd<float, bf, float>(ctx, (bf *)dinp, (const float *)dout, inp, n, kind,
+                                     accumulate);
+    if (dout_bf16)
+        return bwd<float, float, bf>(ctx, (float *)dinp, (const bf *)dout, inp, n, kind,
+                                     accumulate);
+    return bwd<float>(ctx, (float *)dinp, (const float *)dout, inp, n, kind, accumulate);
 }

@@ -146,8 +146,10 @@ int kcuda_swiglu_forward_f32_bf16out(kcuda_ctx *ctx, kcuda_bf16 *out, const floa
                                      int N, int F);
 int kcuda_swiglu_backward_f32(kcuda_ctx *ctx, float *dinp, const float *dout,
                               const float *inp, int N, int F, int accumulate);
-int kcuda_swiglu_backward_f32_bf16out(kcuda_ctx *ctx, kcuda_bf16 *dinp, const float *dout,
-                                      const float *inp, int N, int F, int accumulate);
+/* fp32 inp; dinp and dout each fp32 or bf16 (*_bf16 set): activations stored in bf16
+ * beside it (kdev.h's activation memory). */
+int kcuda_swiglu_backward_f32in(kcuda_ctx *ctx, void *dinp, int dinp_bf16, const void *dout,
+                                int dout_bf16, const float *inp, int N, int F, int accumulate);
 
 /* ---- softmax cross-entropy (fp32 logits) --------------------------------------
  * As kcpu_crossentropy_*: losses[i] = logsumexp(logits[i,:]) - logits[i,targets[i]],
@@ -235,8 +237,10 @@ int kcuda_gelu_forward_f32_bf16out(kcuda_ctx *ctx, kcuda_bf16 *out, const float 
                                    size_t n, int kind);
 int kcuda_gelu_backward_f32(kcuda_ctx *ctx, float *dinp, const float *dout, const float *inp,
                             size_t n, int kind, int accumulate);
-int kcuda_gelu_backward_f32_bf16out(kcuda_ctx *ctx, kcuda_bf16 *dinp, const float *dout,
-                                    const float *inp, size_t n, int kind, int accumulate);
+/* fp32 inp; dinp and dout each fp32 or bf16 (*_bf16 set), as the SwiGLU one. */
+int kcuda_gelu_backward_f32in(kcuda_ctx *ctx, void *dinp, int dinp_bf16, const void *dout,
+                              int dout_bf16, const float *inp, size_t n, int kind,
+                              int accumulate);
 
 /* Embedding: out[N,C] = table[ids[i], :] (ids a device array, trusted to lie in the
  * table, as in kernels.h).  Backward: dtable[ids[i], :] += dout[i, :] into an fp32 table,

@@ -447,18 +447,16 @@ int cuda_attention_backward(kdev *d, float *dq, float *dk, float *dv, const floa
                             int N, int Hq, int Hkv, int D, int causal, int set)
 {
     static const char op[] = "attention_backward";
-    if (int rc = cuda_no_act16(d, op, "dout", dout))
-        return rc;
     if (cuda_st(d)->prec == KDEV_PREC_BF16 && cuda_attention16_fits(D))
         return cuda_attention16_backward(d, dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens,
                                          nseq, max_seqlen, N, Hq, Hkv, D, causal, set);
     size_t nq = (size_t)N * Hq * D, nk = (size_t)N * Hkv * D;
     /* operands in bf16 activation memory through fp32 copies; gradients there through fp32
      * copies (their values when added to) rounded back */
-    const float *in[7] = { q, k, v, out, dq, dk, dv };
-    size_t n[7] = { nq, nk, nk, nq, nq, nk, nk };
-    float *t[7], *gr[3] = { dq, dk, dv };
-    int rc = f32_operands(d, t, in, n, 7, op);
+    const float *in[8] = { q, k, v, out, dq, dk, dv, dout };
+    size_t n[8] = { nq, nk, nk, nq, nq, nk, nk, nq };
+    float *t[8], *gr[3] = { dq, dk, dv };
+    int rc = f32_operands(d, t, in, n, 8, op);
     for (int i = 0; !rc && i < 3; i++) {
         if (t[4 + i])
             gr[i] = t[4 + i];
@@ -471,14 +469,14 @@ int cuda_attention_backward(kdev *d, float *dq, float *dk, float *dv, const floa
         rc = cuda_att_setup(d, op, &a, in[0], in[1], in[2], cu_seqlens, NULL, cu_seqlens, NULL,
                             nseq, max_seqlen, Hq, Hkv, D, causal);
         rc = rc ? (rc > 0 ? 0 : rc)
-                : cuda_att_bwd(d, op, gr[0], gr[1], gr[2], dout, in[3], lse, a, nseq,
+                : cuda_att_bwd(d, op, gr[0], gr[1], gr[2], in[7], in[3], lse, a, nseq,
                                max_seqlen);
     }
     float *g[3] = { dq, dk, dv };
     for (int i = 0; !rc && i < 3; i++)
         if (t[4 + i])
             rc = cuda_to_bf16(d, (kcuda_bf16 *)g[i], t[4 + i], n[4 + i], op);
-    return f32_release(d, t, 7, rc);
+    return f32_release(d, t, 8, rc);
 }
 
 int cuda_attention_block_forward(kdev *d, float *out, float *lse, const float *q,

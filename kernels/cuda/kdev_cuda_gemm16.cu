@@ -152,6 +152,11 @@ int cuda_matmul16_backward_from(kdev *d, float *dinp, float *dweight, float *dbi
      * the padded 50264 (16384 x 768, H100, bench_kdev_gpu); dW's 50257 rows 2.6 against
      * 1.7.  The weight gets zero pad rows, dW a padded fp32 copy that takes the sum. */
     int Np = cuda_pitch8(N), Kp = cuda_pitch8(K), pad = Np != N || Kp != K;
+    /* a dinp in bf16 activation memory is the bf16 GEMM's output where no padding is
+     * needed; elsewhere the caller goes through an fp32 copy */
+    int dinp16 = dinp && cuda_act16(d, dinp);
+    if (dinp16 && pad)
+        return HERR_NOALGO;
     /* dout in bf16 activation memory: the operand itself, or its rows padded */
     int act = !dout16 && cuda_act16(d, dout);
     if (act)
@@ -212,7 +217,12 @@ int cuda_matmul16_backward_from(kdev *d, float *dinp, float *dweight, float *dbi
         if (rc)
             return rc;
     }
-    if (dinp) {
+    if (dinp16) {
+        rc = kcuda_matmul_backward_bf16_f32w(k, (kcuda_bf16 *)dinp, !set, NULL, NULL, b[0], NULL,
+                                             b[2], M, K, N);
+        if (rc)
+            return rc == KCUDA_ENOALGO ? HERR_NOALGO : cuda_kc(d, rc, op);
+    } else if (dinp) {
         rc = kcuda_matmul_dinp_bf16_f32out(k, di, b[0], Np, b[2], M, Kp, Np, !set);
         if (rc)
             return rc == KCUDA_ENOALGO ? HERR_NOALGO : cuda_kc(d, rc, op);

@@ -178,29 +178,16 @@ int cuda_matmul_forward(kdev *d, float *out, const float *inp, const float *weig
     return cuda_act_f32_free(d, x, rc);
 }
 
-int cuda_matmul_backward(kdev *d, float *dinp, float *dweight, float *dbias, const float *dout,
-                         const float *inp, const float *weight, int M, int K, int N, int set)
+/* The backward with dinp in fp32 memory, or in bf16 activation memory where the bf16
+ * GEMM writes it (kdev_cuda_gemm16.cu); HERR_NOALGO for such a dinp elsewhere. */
+static int backward(kdev *d, float *dinp, float *dweight, float *dbias, const float *dout,
+                    const float *inp, const float *weight, int M, int K, int N, int set)
 {
-    if (M <= 0 || N <= 0)
-        return 0;
-    if (K <= 0) {
-        if (!dbias)
-            return 0;
-        if (int rc = cuda_no_act16(d, "matmul_backward", "dout", dout))
-            return rc;
-        cuda_dbias_kernel<<<(N + THREADS - 1) / THREADS, THREADS, 0, cuda_stream(d)>>>(
-            dbias, dout, M, N);
-        return cuda_launched(d, "matmul_backward: dbias");
-    }
-    if (!dinp && !dweight && !dbias)
-        return 0;
-    int rc = cuda_no_act16(d, "matmul_backward", "dinp", dinp);
-    if (rc)
-        return rc;
+    int rc;
     if (cuda_st(d)->prec == KDEV_PREC_BF16) {
         /* HERR_NOALGO comes before anything is added: safe to redo in fp32 operands */
         rc = cuda_matmul16_backward(d, dinp, dweight, dbias, dout, inp, weight, M, K, N, set);
-        if (rc != HERR_NOALGO)
+        if (rc != HERR_NOALGO || cuda_act16(d, dinp))
             return rc;
     }
     /* the fp32 GEMMs accumulate: a dinp to be set is zeroed first */
@@ -220,6 +207,41 @@ int cuda_matmul_backward(kdev *d, float *dinp, float *dweight, float *dbias, con
                                                   g ? g : dout, x ? x : inp, weight, M, K, N),
                      "matmul_backward");
     return cuda_act_f32_free(d, g, cuda_act_f32_free(d, x, rc));
+}
+
+int cuda_matmul_backward(kdev *d, float *dinp, float *dweight, float *dbias, const float *dout,
+                         const float *inp, const float *weight, int M, int K, int N, int set)
+{
+    if (M <= 0 || N <= 0)
+        return 0;
+    if (K <= 0) {
+        if (!dbias)
+            return 0;
+        if (int rc = cuda_no_act16(d, "matmul_backward", "dout", dout))
+            return rc;
+        cuda_dbias_kernel<<<(N + THREADS - 1) / THREADS, THREADS, 0, cuda_stream(d)>>>(
+            dbias, dout, M, N);
+        return cuda_launched(d, "matmul_backward: dbias");
+    }
+    if (!dinp && !dweight && !dbias)
+        return 0;
+    int rc = backward(d, dinp, dweight, dbias, dout, inp, weight, M, K, N, set);
+    if (rc != HERR_NOALGO)
+        return rc;
+    /* dinp in bf16 activation memory that no bf16 GEMM writes (padded shapes): through an
+     * fp32 copy (its values first when they are added to), rounded back */
+    float *t = NULL;
+    size_t n = (size_t)M * K;
+    if (set)
+        rc = cuda_err(d, cudaMallocAsync((void **)&t, n * sizeof(float), cuda_stream(d)),
+                      "matmul_backward");
+    else
+        rc = cuda_act_f32(d, &t, dinp, n, "matmul_backward");
+    if (!rc)
+        rc = backward(d, t, dweight, dbias, dout, inp, weight, M, K, N, set);
+    if (!rc)
+        rc = cuda_to_bf16(d, (kcuda_bf16 *)dinp, t, n, "matmul_backward");
+    return cuda_act_f32_free(d, t, rc);
 }
 
 /* ---- embedding ------------------------------------------------------------------------ */
@@ -409,16 +431,10 @@ int cuda_swiglu_backward(kdev *d, float *dinp, const float *dout, const float *i
 {
     if (N <= 0 || F <= 0)
         return 0;
-    int rc = cuda_no_act16(d, "swiglu_backward", "inp", inp);
-    if (!rc)
-        rc = cuda_no_act16(d, "swiglu_backward", "dout", dout);
-    if (rc)
+    if (int rc = cuda_no_act16(d, "swiglu_backward", "inp", inp))
         return rc;
-    if (cuda_act16(d, dinp))
-        return cuda_kc(d, kcuda_swiglu_backward_f32_bf16out(cuda_st(d)->k, (kcuda_bf16 *)dinp,
-                                                            dout, inp, N, F, !set),
-                       "swiglu_backward");
-    return cuda_kc(d, kcuda_swiglu_backward_f32(cuda_st(d)->k, dinp, dout, inp, N, F, !set),
+    return cuda_kc(d, kcuda_swiglu_backward_f32in(cuda_st(d)->k, dinp, cuda_act16(d, dinp), dout,
+                                                  cuda_act16(d, dout), inp, N, F, !set),
                    "swiglu_backward");
 }
 
@@ -441,16 +457,9 @@ int cuda_gelu_backward(kdev *d, float *dinp, const float *dout, const float *inp
 {
     if (!n)
         return 0;
-    int rc = cuda_no_act16(d, "gelu_backward", "inp", inp);
-    if (!rc)
-        rc = cuda_no_act16(d, "gelu_backward", "dout", dout);
-    if (rc)
+    if (int rc = cuda_no_act16(d, "gelu_backward", "inp", inp))
         return rc;
-    if (cuda_act16(d, dinp))
-        return cuda_kc(d, kcuda_gelu_backward_f32_bf16out(cuda_st(d)->k, (kcuda_bf16 *)dinp,
-                                                          dout, inp, n, (int)kind, !set),
-                       "gelu_backward");
-    return cuda_kc(d, kcuda_gelu_backward_f32(cuda_st(d)->k, dinp, dout, inp, n, (int)kind,
-                                              !set),
+    return cuda_kc(d, kcuda_gelu_backward_f32in(cuda_st(d)->k, dinp, cuda_act16(d, dinp), dout,
+                                                cuda_act16(d, dout), inp, n, (int)kind, !set),
                    "gelu_backward");
 }

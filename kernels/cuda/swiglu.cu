@@ -15,8 +15,8 @@ __global__ void swiglu_fwd_kernel(TO *out, const T *inp, int N, int F)
 }
 
 /* d gate = dy * up * s * (1 + g (1 - s)),  d up = dy * g * s */
-template <typename T, typename TO = T>
-__global__ void swiglu_bwd_kernel(TO *dinp, const T *dout, const T *inp, int N, int F, int acc)
+template <typename T, typename TO = T, typename TD = T>
+__global__ void swiglu_bwd_kernel(TO *dinp, const TD *dout, const T *inp, int N, int F, int acc)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)N * F)
@@ -43,13 +43,15 @@ static int fwd(kcuda_ctx *ctx, TO *out, const T *inp, int N, int F)
     return kcuda_check_launch(ctx, "swiglu_fwd_kernel");
 }
 
-template <typename T, typename TO = T>
-static int bwd(kcuda_ctx *ctx, TO *dinp, const T *dout, const T *inp, int N, int F, int acc)
+/* TO, TD: dinp's and dout's types (T, or bf16 beside an fp32 inp: kdev's activation
+ * memory). */
+template <typename T, typename TO = T, typename TD = T>
+static int bwd(kcuda_ctx *ctx, TO *dinp, const TD *dout, const T *inp, int N, int F, int acc)
 {
     if (N <= 0 || F <= 0)
         return kcuda_fail(ctx, KCUDA_EARG, "kcuda_swiglu_backward: bad shape N=%d F=%d", N, F);
     size_t n = (size_t)N * F;
-    swiglu_bwd_kernel<T, TO><<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(
+    swiglu_bwd_kernel<T, TO, TD><<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(
         dinp, dout, inp, N, F, acc);
     return kcuda_check_launch(ctx, "swiglu_bwd_kernel");
 }
@@ -87,9 +89,17 @@ extern "C" int kcuda_swiglu_forward_f32_bf16out(kcuda_ctx *ctx, kcuda_bf16 *out,
     return fwd<float, bf>(ctx, (bf *)out, inp, N, F);
 }
 
-extern "C" int kcuda_swiglu_backward_f32_bf16out(kcuda_ctx *ctx, kcuda_bf16 *dinp,
-                                                 const float *dout, const float *inp, int N,
-                                                 int F, int accumulate)
+extern "C" int kcuda_swiglu_backward_f32in(kcuda_ctx *ctx, void *dinp, int dinp_bf16,
+                                           const void *dout, int dout_bf16, const float *inp,
+                                           int N, int F, int accumulate)
 {
-    return bwd<float, bf>(ctx, (bf *)dinp, dout, inp, N, F, accumulate);
+    if (dinp_bf16 && dout_bf16)
+        return bwd<float, bf, bf>(ctx, (bf *)dinp, (const bf *)dout, inp, N, F, accumulate);
+    if (dinp_bf16)
+        return bwd<float, bf, float>(ctx, (bf *)dinp, (const float *)dout, inp, N, F,
+                                     accumulate);
+    if (dout_bf16)
+        return bwd<float, float, bf>(ctx, (float *)dinp, (const bf *)dout, inp, N, F,
+                                     accumulate);
+    return bwd<float>(ctx, (float *)dinp, (const float *)dout, inp, N, F, accumulate);
 }

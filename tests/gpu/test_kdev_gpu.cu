@@ -904,6 +904,9 @@ static int act_mm_case(struct tctx *t, const char *tag, int M, int K, int N)
     struct dp db = dp_make(t, hdb, (size_t)N * 4);
     struct dp da = act_rounded(t, dout, (size_t)M * N), di2 = dp_nan(t, nx);
     struct dp dw2 = dp_make(t, hdw, (size_t)N * K * 4), db2 = dp_make(t, hdb, (size_t)N * 4);
+    /* dinp in activation memory, written and added to */
+    struct dp di3 = dp_nan(t, nx), di3a = act_make(t, NULL, nx), di4 = dp_rand(t, nx, -1, 1);
+    struct dp di4a = act_rounded(t, di4, nx);
     if (t->bad)
         return 1;
     for (k = 0; k < 2; k++) {
@@ -913,7 +916,15 @@ static int act_mm_case(struct tctx *t, const char *tag, int M, int K, int N)
                                     FP(wt, k), M, K, N));
         CK(kdev_matmul_backward_set(t->d[k], FP(di2, k), FP(dw2, k), FP(db2, k),
                                     k ? FP(da, 1) : FP(dout, 0), in, FP(wt, k), M, K, N));
+        CK(kdev_matmul_backward_set(t->d[k], k ? FP(di3a, 1) : FP(di3, 0), NULL, NULL,
+                                    k ? FP(da, 1) : FP(dout, 0), in, FP(wt, k), M, K, N));
+        CK(kdev_matmul_backward(t->d[k], k ? FP(di4a, 1) : FP(di4, 0), NULL, NULL,
+                                k ? FP(da, 1) : FP(dout, 0), in, FP(wt, k), M, K, N));
     }
+    snprintf(w, sizeof w, "%s.dinp.to_act", tag);
+    f += cmp_act(t, w, di3, di3a, nx, TOL_BF16);
+    snprintf(w, sizeof w, "%s.dinp.acc_act", tag);
+    f += cmp_act(t, w, di4, di4a, nx, TOL_BF16);
     struct { const char *n; struct dp b; size_t len; } chk[] = {
         {"out", o, (size_t)M * N}, {"dinp", di, nx}, {"dw", dw, (size_t)N * K}, {"db", db, (size_t)N},
         {"dinp.act", di2, nx}, {"dw.act", dw2, (size_t)N * K}, {"db.act", db2, (size_t)N}};
@@ -995,6 +1006,21 @@ static int act_producers(struct tctx *t, int N, int C)
                               KGELU_TANH));
         CK(kdev_swiglu_backward_set(d, k ? FP(sba, 1) : FP(sb, 0), FP(dy, k), FP(x, k), N, F));
     }
+    /* and with dout in activation memory too (both bf16; fp32 dinp from a bf16 dout) */
+    struct dp dya = act_rounded(t, dy, ng), gb2 = dp_nan(t, ng), gb2a = act_make(t, NULL, ng);
+    struct dp gb3 = dp_nan(t, ng), sb2 = dp_nan(t, n), sb2a = act_make(t, NULL, n);
+    if (t->bad)
+        return f + t->bad;
+    for (k = 0; k < 2; k++) {
+        kdev *d = t->d[k];
+        const float *g = k ? FP(dya, 1) : FP(dy, 0);
+        CK(kdev_gelu_backward_set(d, k ? FP(gb2a, 1) : FP(gb2, 0), g, FP(x, k), ng, KGELU_TANH));
+        CK(kdev_gelu_backward_set(d, FP(gb3, k), g, FP(x, k), ng, KGELU_TANH));
+        CK(kdev_swiglu_backward_set(d, k ? FP(sb2a, 1) : FP(sb2, 0), g, FP(x, k), N, F));
+    }
+    f += cmp_act(t, "gelu_bwd.dout_act", gb2, gb2a, ng, TOL_BF16);
+    f += cmp_tol(t, "gelu_bwd.dout_act_f32", gb3, ng, TOL_BF16);
+    f += cmp_act(t, "swiglu_bwd.dout_act", sb2, sb2a, n, TOL_BF16);
     f += cmp_act(t, "rope_bwd", rb, rba, n, TOL_BF16);
     f += cmp_act(t, "gelu_bwd", gb, gba, ng, TOL_BF16);
     f += cmp_act(t, "gelu_bwd_acc", gacc, gacca, ng, TOL_BF16);
@@ -1057,7 +1083,7 @@ static int act_att_case(struct tctx *t, const char *tag, const int *lens, int ns
     struct dp gq = act_make(t, NULL, nq), gk = act_make(t, NULL, nk), gv = act_make(t, NULL, nk);
     struct dp aq = act_rounded(t, a.dq, nq), ak = act_rounded(t, a.dk, nk);
     struct dp av = act_rounded(t, a.dv, nk), cq = dp_nan(t, nq), ck_ = dp_nan(t, nk);
-    struct dp cv = dp_nan(t, nk);
+    struct dp cv = dp_nan(t, nk), douta = act_rounded(t, a.dout, nq);
     if (t->bad)
         return 1;
     for (k = 0; k < 2; k++) {
@@ -1068,8 +1094,9 @@ static int act_att_case(struct tctx *t, const char *tag, const int *lens, int ns
                                        a.N, Hq, Hkv, D, 1));
         CK(kdev_attention_backward_set(t->d[k], k ? FP(gq, 1) : FP(cq, 0),
                                        k ? FP(gk, 1) : FP(ck_, 0), k ? FP(gv, 1) : FP(cv, 0),
-                                       FP(a.dout, k), q, kk, v, o, FP(a.lse, k), IP(a.cu, k),
-                                       nseq, a.maxlen, a.N, Hq, Hkv, D, 1));
+                                       k ? FP(douta, 1) : FP(a.dout, 0), q, kk, v, o,
+                                       FP(a.lse, k), IP(a.cu, k), nseq, a.maxlen, a.N, Hq, Hkv,
+                                       D, 1));
         CK(kdev_attention_backward(t->d[k], k ? FP(aq, 1) : FP(a.dq, 0),
                                    k ? FP(ak, 1) : FP(a.dk, 0), k ? FP(av, 1) : FP(a.dv, 0),
                                    FP(a.dout, k), q, kk, v, o, FP(a.lse, k), IP(a.cu, k), nseq,

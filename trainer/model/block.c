@@ -276,10 +276,11 @@ enum {
     SH_H1, SH_MEAN1, SH_RSTD1, SH_QR, SH_KR, SH_QRS, SH_KRS, SH_Q, SH_K, SH_V, SH_ATT,
     SH_LSE, SH_X1, SH_H2, SH_MEAN2, SH_RSTD2, SH_U, SH_A, SH_COUNT
 };
-/* Scratch gradients in activation memory (stack.act bits past the SH_ ones): du, the
- * activation's input gradient; dq, dk, dv and their merge dqkv (a buffer of its own only
- * where the activation type is narrower than fp32; else sc.qkv serves, as without). */
-enum { ACT_DU = SH_COUNT, ACT_DQKV };
+/* Scratch gradients in activation memory (stack.act bits past the SH_ ones): du and da,
+ * the activation's input and output gradients; datt; dq, dk, dv and their merge dqkv (a
+ * buffer of its own only where the activation type is narrower than fp32; else sc.qkv
+ * serves, as without). */
+enum { ACT_DU = SH_COUNT, ACT_DA, ACT_DATT, ACT_DQKV };
 
 typedef struct {
     farena *fa;
@@ -371,7 +372,7 @@ static void stack_take(stack *st, farena *fa, aarena *aa, iarena *ia, iarena *ih
     sc->dqkv = gact && aa->esz < sizeof(float) ? aa_take(aa, n * c->QKV) : sc->qkv;
     sc->dqr = qkn ? fa_take(fa, n * c->QD) : NULL;
     sc->dkr = qkn ? fa_take(fa, n * c->KD) : NULL;
-    sc->datt = fa_take(fa, n * c->QD);
+    sc->datt = st->act >> ACT_DATT & 1u ? aa_take(aa, n * c->QD) : fa_take(fa, n * c->QD);
     /* du/da serve the dense MLP and the MoE shared expert. */
     size_t wu = 0, wa = 0;
     if (any_dense) {
@@ -385,7 +386,7 @@ static void stack_take(stack *st, farena *fa, aarena *aa, iarena *ia, iarena *ih
             wa = (size_t)c->Fs;
     }
     sc->du = st->act >> ACT_DU & 1u ? aa_take(aa, n * wu) : fa_take(fa, n * wu);
-    sc->da = fa_take(fa, n * wa);
+    sc->da = st->act >> ACT_DA & 1u ? aa_take(aa, n * wa) : fa_take(fa, n * wa);
     if (any_moe)
         moe_take_scratch(c, sc, fa, N);
     sc->dres = fa_take(fa, nl * c->H);
@@ -404,14 +405,15 @@ static unsigned act_buffers(const stack *st)
     if (tp_on(st) || st->cp_comm || st->chunked)
         return 0;
     unsigned m = 1u << SH_H1 | 1u << SH_ATT | 1u << SH_H2 | 1u << SH_A | 1u << SH_Q |
-                 1u << SH_K | 1u << SH_V | 1u << ACT_DU | 1u << ACT_DQKV;
+                 1u << SH_K | 1u << SH_V | 1u << ACT_DU | 1u << ACT_DA | 1u << ACT_DATT |
+                 1u << ACT_DQKV;
     if (st->c.s->qk_norm)   /* dq, dk feed the q/k norms' backward */
         m &= ~(1u << ACT_DQKV);
     for (int l = 0; l < st->L; l++) {
         if (st->layers[l].p.fp8)
             return 0;
-        if (st->layers[l].moe)   /* the shared expert's backward zeroes du as floats */
-            m &= ~(1u << SH_H2 | 1u << ACT_DU);
+        if (st->layers[l].moe)   /* the shared expert's backward zeroes du, da as floats */
+            m &= ~(1u << SH_H2 | 1u << ACT_DU | 1u << ACT_DA);
     }
     return m;
 }

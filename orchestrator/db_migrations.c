@@ -269,6 +269,37 @@ const db_migration db_migrations[] = {
      "-- the forward output and of the input and weight gradients.  NULL: not measured.\n"
      "ALTER TABLE layer_bench ADD COLUMN fp8_err REAL CHECK (fp8_err IS NULL OR fp8_err >= 0);\n"
     },
+    {5, "layer_bench_shared_kinds", "0005_layer_bench_shared_kinds.sql",
+     "-- 0005_layer_bench_shared_kinds.sql - the MoE shared expert's linears in layer benchmarks:\n"
+     "-- kinds 'shared_fc1' and 'shared_fc2' (docs/fp8.md names them; `hearth-train\n"
+     "-- --bench-layers` measures them for a model with decoder.moe.shared_ffn > 0).\n"
+     "--\n"
+     "-- SQLite cannot widen a CHECK in place: the table is rebuilt with the same columns and\n"
+     "-- every row, then its index.\n"
+     "\n"
+     "CREATE TABLE layer_bench_new (\n"
+     "    id          INTEGER PRIMARY KEY,\n"
+     "    bench       INTEGER NOT NULL REFERENCES layer_bench_sets(id) ON DELETE CASCADE,\n"
+     "    component   TEXT NOT NULL CHECK (component IN ('encoder', 'projector', 'decoder', 'experts')),\n"
+     "    kind        TEXT NOT NULL CHECK (kind IN ('qkv', 'proj', 'fc1', 'fc2', 'expert_fc1',\n"
+     "                                              'expert_fc2', 'shared_fc1', 'shared_fc2',\n"
+     "                                              'lm_head', 'router')),\n"
+     "    tp          INTEGER NOT NULL CHECK (tp >= 1),\n"
+     "    tokens      INTEGER NOT NULL CHECK (tokens >= 1),\n"
+     "    bf16_ms     REAL NOT NULL CHECK (bf16_ms > 0),\n"
+     "    fp8_ms      REAL NOT NULL CHECK (fp8_ms > 0),\n"
+     "    repeats     INTEGER NOT NULL CHECK (repeats >= 1),\n"
+     "    fp8_err     REAL CHECK (fp8_err IS NULL OR fp8_err >= 0),\n"
+     "    UNIQUE (bench, component, kind, tp, tokens)\n"
+     ");\n"
+     "INSERT INTO layer_bench_new (id, bench, component, kind, tp, tokens, bf16_ms, fp8_ms, repeats,\n"
+     "                             fp8_err)\n"
+     "    SELECT id, bench, component, kind, tp, tokens, bf16_ms, fp8_ms, repeats, fp8_err\n"
+     "    FROM layer_bench;\n"
+     "DROP TABLE layer_bench;\n"
+     "ALTER TABLE layer_bench_new RENAME TO layer_bench;\n"
+     "CREATE INDEX layer_bench_by_set ON layer_bench (bench, component, kind, tp, tokens);\n"
+    },
 };
 
-const int db_migrations_count = 4;
+const int db_migrations_count = 5;

@@ -128,7 +128,8 @@ int select_bench_parse(const char *file, const char *text, size_t len, select_be
                           sizeof b->component, err);
         if (!rc)
             rc = row_name(file, i, r, "kind", select_kind_known,
-                          "qkv, proj, fc1, fc2, expert_fc1, expert_fc2, lm_head, router",
+                          "qkv, proj, fc1, fc2, expert_fc1, expert_fc2, shared_fc1, shared_fc2, "
+                          "router, lm_head",
                           b->kind, sizeof b->kind, err);
         if (!rc && !(rc = row_int(file, i, r, "tp", 1, &tp, err)))
             b->tp = (int)tp;

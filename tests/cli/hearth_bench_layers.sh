@@ -5,14 +5,15 @@
 # --device cpu` record it with its provenance; `hearth select fp8` from it warns that CPU
 # timings say nothing about a GPU; `precision.fp8: auto` prints the evidence.  Then the
 # error tolerance (fast but inaccurate -> bf16) and a policy that matches no linear of
-# the run (a warning from the plan and from the trainer).
+# the run (a warning from the plan and from the trainer).  Last, a MoE with a shared expert:
+# its linears measured and recorded under their own kinds.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/cli/lib.sh
 . tests/cli/hearth_common.bash
 hearth_tmp bench_layers
 
-tap_plan 11
+tap_plan 12
 
 SETS=(--set model=tiny-vlm --set train.seq_len=64 --set data.images_min=1
       --set data.images_max=1 --set data.image_px_min=32 --set data.image_px_max=32)
@@ -204,3 +205,25 @@ auto_keys_ok() {
         { cat plan5.err; return 1; }
 }
 tap_check "spec auto.fp8.threshold / max_err set fp8: auto's margin and tolerance; a misspelt key is named" auto_keys_ok
+
+# The MoE shared expert (decoder.moe.shared_ffn > 0): its two linears are measured under
+# the kinds shared_fc1 / shared_fc2 and recorded (schema 0005 widened the kind check).
+"$TRAIN_ABS" --bench-layers --set model=tiny-vlm-moe --set model.decoder.moe.shared_ffn=64 \
+    --set train.seq_len=64 --set data.images_min=1 --set data.images_max=1 \
+    --set data.image_px_min=32 --set data.image_px_max=32 --out tbs >tbs.out 2>tbs.err
+echo $? >tbs.rc
+run_h sing bench ingest tbs/layer_bench.json
+shared_ok() {
+    rc_is tbs 0 && rc_is sing 0 || { cat tbs.err sing.err; return 1; }
+    jq -e '[.rows[] | select(.kind | startswith("shared_")) | "\(.component).\(.kind).\(.tokens)"]
+           | length == 8 and (map(split(".")[1]) | unique) == ["shared_fc1", "shared_fc2"]
+           and all(startswith("decoder."))' tbs/layer_bench.json >/dev/null ||
+        { head -c 1500 tbs/layer_bench.json; return 1; }
+    grep -q 'decoder shared_fc2 (tp 1, K 64, N 256): 4 token counts measured' tbs.err ||
+        { cat tbs.err; return 1; }
+    [ "$(sql "select kind, count(*) from layer_bench join layer_bench_sets s on s.id = bench
+              where s.model = 'tiny-vlm-moe' and kind like 'shared_%' group by kind
+              order by kind" | tr '\n' ' ')" = "shared_fc1|4 shared_fc2|4 " ] ||
+        { sql "select component, kind, tokens from layer_bench where kind like 'shared%'"; return 1; }
+}
+tap_check "bench-layers of a MoE with a shared expert: shared_fc1/fc2 measured and ingested" shared_ok

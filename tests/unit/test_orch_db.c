@@ -221,6 +221,70 @@ static void test_migrations(void **state)
     assert_non_null(strstr(err.msg, junk));
 }
 
+/* A database left at schema 4 with layer benchmark rows: opening it runs 0005, which
+ * rebuilds layer_bench to take the shared expert's kinds; every row (and its fp8_err)
+ * survives, the index is back, a shared_fc1 row goes in, an unknown kind still fails. */
+static void test_migration_keeps_layer_bench(void **state)
+{
+    fixture *f = *state;
+    hearth_err err = {{0}};
+    sqlite3 *raw = NULL;
+    assert_int_equal(sqlite3_open(f->path, &raw), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(raw, "PRAGMA foreign_keys = ON", NULL, NULL, NULL), SQLITE_OK);
+    for (int i = 0; i < 4; i++)
+        if (sqlite3_exec(raw, db_migrations[i].sql, NULL, NULL, NULL) != SQLITE_OK)
+            fail_msg("%s: %s", db_migrations[i].file, sqlite3_errmsg(raw));
+    int n = 1 + tu_randint(&f->rng, 0, 20);
+    char sql[400];
+    assert_int_equal(sqlite3_exec(raw, "PRAGMA user_version = 4; INSERT INTO layer_bench_sets "
+                                       "(source, content_sha256, gpu, model) VALUES "
+                                       "('f.json', 'abc', 'H100', 'm')",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    double err_sum = 0;
+    for (int i = 0; i < n; i++) {
+        double e = tu_randint(&f->rng, 1, 1000) / 1e5;
+        err_sum += e;
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO layer_bench (bench, component, kind, tp, tokens, bf16_ms, "
+                 "fp8_ms, repeats, fp8_err) VALUES (1, 'decoder', 'fc1', 1, %d, 1.5, 1.0, 3, "
+                 "%.5f)", 16 * (i + 1), e);
+        assert_int_equal(sqlite3_exec(raw, sql, NULL, NULL, NULL), SQLITE_OK);
+    }
+    snprintf(sql, sizeof sql, "INSERT INTO layer_bench (bench, component, kind, tp, tokens, "
+                              "bf16_ms, fp8_ms, repeats) VALUES (1, 'decoder', 'shared_fc1', 1, "
+                              "16, 1.5, 1.0, 3)");
+    assert_int_not_equal(sqlite3_exec(raw, sql, NULL, NULL, NULL), SQLITE_OK);   /* schema 4 */
+    sqlite3_close(raw);
+
+    open_db(f);
+    int v = -1;
+    assert_int_equal(db_schema_version(f->db, &v, &err), 0);
+    assert_int_equal(v, db_schema_latest());
+    assert_int_equal(dbt_sql_int(f->db, "SELECT count(*) FROM layer_bench WHERE bench = 1 AND "
+                                        "kind = 'fc1'"),
+                     n);
+    char *sum = dbt_sql_text(f->db, "SELECT printf('%.5f', sum(fp8_err)) FROM layer_bench");
+    char want[32];
+    snprintf(want, sizeof want, "%.5f", err_sum);
+    assert_string_equal(sum, want);
+    free(sum);
+    assert_int_equal(dbt_sql_int(f->db, "SELECT count(*) FROM sqlite_master WHERE type = "
+                                        "'index' AND name = 'layer_bench_by_set'"),
+                     1);
+    assert_int_equal(db_exec(f->db, sql, &err), 0);
+    assert_int_equal(dbt_sql_int(f->db, "SELECT count(*) FROM layer_bench WHERE kind = "
+                                        "'shared_fc1'"),
+                     1);
+    assert_true(db_exec(f->db, "INSERT INTO layer_bench (bench, component, kind, tp, tokens, "
+                               "bf16_ms, fp8_ms, repeats) VALUES (1, 'decoder', 'shared_fc3', "
+                               "1, 32, 1.5, 1.0, 3)",
+                        &err) < 0);
+    /* the rows still belong to their set: removing it removes them */
+    assert_int_equal(db_exec(f->db, "DELETE FROM layer_bench_sets WHERE id = 1", &err), 0);
+    assert_int_equal(dbt_sql_int(f->db, "SELECT count(*) FROM layer_bench"), 0);
+}
+
 /* The generated C file must carry exactly the files' text. */
 static void test_embedded_migrations_match_files(void **state)
 {
@@ -835,6 +899,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_migrations, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_migration_keeps_layer_bench, setup, teardown),
         cmocka_unit_test(test_embedded_migrations_match_files),
         cmocka_unit_test(test_transition_table),
         cmocka_unit_test_setup_teardown(test_transitions_in_db, setup, teardown),

@@ -291,7 +291,7 @@ FUZZ_CFLAGS   = $(CSTD) $(WARN) -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link -MM
 FUZZ_SRC     := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BINS    := $(patsubst tests/fuzz/%.c,$(FUZZ_DIR)/bin/%,$(FUZZ_SRC))
 # The trainer files the readers need (not the whole trainer library).
-FUZZ_TRAIN_SRC := trainer/safetensors.c trainer/safetensors_dtype.c trainer/safetensors_set.c trainer/safetensors_write.c trainer/shard_format.c trainer/outputs.c trainer/shape/version.c
+FUZZ_TRAIN_SRC := kernels/cpu/bf16.c trainer/safetensors.c trainer/safetensors_dtype.c trainer/safetensors_set.c trainer/safetensors_write.c trainer/shard_format.c trainer/outputs.c trainer/shape/version.c
 FUZZ_LIB     := $(FUZZ_DIR)/lib/libhearth_fuzz.a
 fuzz_obj      = $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(1))
 .PHONY: fuzz fuzz-smoke

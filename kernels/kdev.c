@@ -306,25 +306,6 @@ int kdev_alloc_act(kdev *d, void **p, size_t count)
     return note(d, d->ops->alloc_act(d, p, count));
 }
 
-/* bf16 bits of x rounded to nearest even (NaN stays NaN), as __float2bfloat16_rn. */
-static uint16_t bf16_bits(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static float bf16_value(uint16_t b)
-{
-    uint32_t u = (uint32_t)b << 16;
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
 int kdev_act_copy_2d(kdev *d, float *dst, size_t dpitch, const float *src, size_t spitch,
                      size_t rows, size_t cols)
 {
@@ -340,7 +321,7 @@ int kdev_act_upload(kdev *d, void *dst, const float *host, size_t n)
     if (!b)
         return note(d, kdev_fail(d, HERR_NOMEM, "act_upload: out of memory for %zu values", n));
     for (size_t i = 0; i < n; i++)
-        b[i] = bf16_bits(host[i]);
+        b[i] = kcpu_bf16_encode(host[i]);
     int rc = kdev_upload(d, dst, b, n * sizeof *b);
     free(b);
     return rc;
@@ -355,7 +336,7 @@ int kdev_act_download(kdev *d, float *host, const void *src, size_t n)
         return note(d, kdev_fail(d, HERR_NOMEM, "act_download: out of memory for %zu values", n));
     int rc = kdev_download(d, b, src, n * sizeof *b);
     for (size_t i = 0; !rc && i < n; i++)
-        host[i] = bf16_value(b[i]);
+        host[i] = kcpu_bf16_decode(b[i]);
     free(b);
     return rc;
 }

@@ -193,6 +193,12 @@ void kcpu_moe_unpermute_backward(float *dexpert_out, float *dtopk_w, const float
                                  const float *expert_out, const float *topk_w,
                                  const int *slot_row, int N, int K, int C);
 
+/* ---- bf16 scalars (bf16.c) ---------------------------------------------------------
+ * fp32 -> bf16 bits rounds to nearest, ties to even, overflowing to infinity; NaN stays a
+ * (quiet) NaN.  bf16 -> fp32 is exact. */
+uint16_t kcpu_bf16_encode(float x);
+float kcpu_bf16_decode(uint16_t h);
+
 /* ---- FP8 emulation (fp8.c) --------------------------------------------------------
  * The two OCP FP8 formats, stored as one byte (sign, exponent, mantissa):
  *   E4M3: bias 7, max 448, no infinities, NaN = S.1111.111 (0x7f / 0xff);

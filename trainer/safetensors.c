@@ -2,6 +2,7 @@
  * conversion to fp32 (safetensors.h).  Directories: safetensors_set.c; writing:
  * safetensors_write.c. */
 #include "safetensors.h"
+#include "kernels.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -334,7 +335,7 @@ int st_tensor_to_f32(const st_tensor *t, float *out, size_t n, hearth_err *err)
     case ST_F16:
         for (size_t i = 0; i < n; i++) {
             uint16_t h = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
-            out[i] = t->dtype == ST_BF16 ? st_bf16_to_f32(h) : st_f16_to_f32(h);
+            out[i] = t->dtype == ST_BF16 ? kcpu_bf16_decode(h) : st_f16_to_f32(h);
         }
         return 0;
     case ST_F64:

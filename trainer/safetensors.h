@@ -49,11 +49,9 @@ const char *st_dtype_name(st_dtype d);
 /* Bytes per element; 0 for an invalid value. */
 size_t st_dtype_size(st_dtype d);
 
-/* Scalar conversions (values as little-endian bit patterns).  fp32 -> BF16/F16 rounds to
- * nearest, ties to even, overflowing to infinity; NaN stays a (quiet) NaN.  BF16/F16 ->
- * fp32 is exact, subnormals included. */
-uint16_t st_f32_to_bf16(float x);
-float st_bf16_to_f32(uint16_t h);
+/* Scalar conversions (values as little-endian bit patterns).  fp32 -> F16 rounds to
+ * nearest, ties to even, overflowing to infinity; NaN stays a (quiet) NaN.  F16 -> fp32
+ * is exact, subnormals included.  BF16: kcpu_bf16_encode / kcpu_bf16_decode (kernels.h). */
 uint16_t st_f32_to_f16(float x);
 float st_f16_to_f32(uint16_t h);
 

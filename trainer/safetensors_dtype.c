@@ -51,24 +51,6 @@ static float f32_from_bits(uint32_t u)
     return x;
 }
 
-uint16_t st_f32_to_bf16(float x)
-{
-    uint32_t u = f32_bits(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        /* NaN: keep sign and top payload bits, force the quiet bit so that a payload held
-         * only in the low 16 bits cannot turn into infinity. */
-        return (uint16_t)((u >> 16) | 0x0040u);
-    /* Round to nearest, ties to even: add just under half an ulp, plus one when the kept
-     * part is odd.  A carry into the exponent is the correct rounding (up to infinity). */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-float st_bf16_to_f32(uint16_t h)
-{
-    return f32_from_bits((uint32_t)h << 16);
-}
-
 /* Rounds m >> shift to nearest, ties to even (shift in 1..31). */
 static uint32_t shift_rne(uint32_t m, int shift)
 {

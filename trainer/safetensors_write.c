@@ -1,6 +1,7 @@
 /* safetensors_write.c - the writer: tensors added by reference or converted, written
  * atomically as one file or shards with an index (safetensors.h). */
 #include "safetensors.h"
+#include "kernels.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -151,7 +152,7 @@ int st_writer_add_f32(st_writer *w, const char *name, st_dtype dtype, int ndim,
         memcpy(buf, src, nbytes);
     } else {
         for (size_t i = 0; i < numel; i++) {
-            uint16_t h = dtype == ST_BF16 ? st_f32_to_bf16(src[i]) : st_f32_to_f16(src[i]);
+            uint16_t h = dtype == ST_BF16 ? kcpu_bf16_encode(src[i]) : st_f32_to_f16(src[i]);
             buf[2 * i] = (uint8_t)(h & 0xff);
             buf[2 * i + 1] = (uint8_t)(h >> 8);
         }

@@ -834,11 +834,7 @@ static int test_bf16(struct tctx *t)
 /* x rounded to bf16 (nearest even), as fp32: what activation memory stores of it. */
 static float bf16_round(float x)
 {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    memcpy(&x, &u, sizeof x);
-    return x;
+    return gu_from_bf16(gu_to_bf16(x));
 }
 
 /* n values in the cuda device's activation memory (p[1]; p[0] NULL), from host. */

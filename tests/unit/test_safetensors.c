@@ -21,6 +21,7 @@
 #include <jansson.h>
 
 #include "safetensors.h"
+#include "kernels.h"
 #include "support/testutil.h"
 #include "support/tmpdir.h"
 
@@ -189,23 +190,23 @@ static void check_random(ref_fmt f, uint16_t (*from32)(float), int emin, int ema
 static void test_bf16_conversion(void **state)
 {
     (void)state;
-    check_exhaustive(REF_BF16, st_bf16_to_f32, st_f32_to_bf16, "bf16");
-    check_ties(REF_BF16, st_f32_to_bf16, "bf16");
-    check_random(REF_BF16, st_f32_to_bf16, -140, 129, "bf16");
+    check_exhaustive(REF_BF16, kcpu_bf16_decode, kcpu_bf16_encode, "bf16");
+    check_ties(REF_BF16, kcpu_bf16_encode, "bf16");
+    check_random(REF_BF16, kcpu_bf16_encode, -140, 129, "bf16");
     /* Named cases. */
-    assert_int_equal(st_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);          /* tie -> even down */
-    assert_int_equal(st_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82);      /* tie -> even up */
-    assert_int_equal(st_f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 0x3f81);
-    assert_int_equal(st_f32_to_bf16(FLT_MAX), 0x7f80);                 /* overflow to inf */
-    assert_int_equal(st_f32_to_bf16(-FLT_MAX), 0xff80);
-    assert_int_equal(st_f32_to_bf16(ffrom(0x7f7f7fffu)), 0x7f7f);       /* just below */
-    assert_int_equal(st_f32_to_bf16(-INFINITY), 0xff80);
-    assert_int_equal(st_f32_to_bf16(ffrom(0x00010000u)), 0x0001);       /* subnormal */
-    assert_int_equal(st_f32_to_bf16(ffrom(0x00008000u)), 0x0000);       /* tie -> 0 */
-    assert_int_equal(st_f32_to_bf16(ffrom(0x00018000u)), 0x0002);       /* tie -> even */
-    assert_int_equal(st_f32_to_bf16(-0.0f), 0x8000);
-    assert_true(ref_is_nan(REF_BF16, st_f32_to_bf16(ffrom(0x7f800001u))));  /* low payload */
-    assert_true(ref_is_nan(REF_BF16, st_f32_to_bf16(ffrom(0xffffffffu))));
+    assert_int_equal(kcpu_bf16_encode(1.0f + 0x1p-8f), 0x3f80);          /* tie -> even down */
+    assert_int_equal(kcpu_bf16_encode(1.0f + 3 * 0x1p-8f), 0x3f82);      /* tie -> even up */
+    assert_int_equal(kcpu_bf16_encode(1.0f + 0x1p-8f + 0x1p-20f), 0x3f81);
+    assert_int_equal(kcpu_bf16_encode(FLT_MAX), 0x7f80);                 /* overflow to inf */
+    assert_int_equal(kcpu_bf16_encode(-FLT_MAX), 0xff80);
+    assert_int_equal(kcpu_bf16_encode(ffrom(0x7f7f7fffu)), 0x7f7f);       /* just below */
+    assert_int_equal(kcpu_bf16_encode(-INFINITY), 0xff80);
+    assert_int_equal(kcpu_bf16_encode(ffrom(0x00010000u)), 0x0001);       /* subnormal */
+    assert_int_equal(kcpu_bf16_encode(ffrom(0x00008000u)), 0x0000);       /* tie -> 0 */
+    assert_int_equal(kcpu_bf16_encode(ffrom(0x00018000u)), 0x0002);       /* tie -> even */
+    assert_int_equal(kcpu_bf16_encode(-0.0f), 0x8000);
+    assert_true(ref_is_nan(REF_BF16, kcpu_bf16_encode(ffrom(0x7f800001u))));  /* low payload */
+    assert_true(ref_is_nan(REF_BF16, kcpu_bf16_encode(ffrom(0xffffffffu))));
 }
 
 static void test_f16_conversion(void **state)

@@ -300,6 +300,7 @@ static unsigned recompute_shared(int recompute)
     return 0;
 }
 
+/* n elements from the arena of buffer `which` (an SH_ or ACT_ bit of lt->act). */
 static float *carve(layer_take *lt, int which, size_t n)
 {
     return lt->act >> which & 1u ? aa_take(lt->aa, n) : fa_take(lt->fa, n);
@@ -363,16 +364,16 @@ static void stack_take(stack *st, farena *fa, aarena *aa, iarena *ia, iarena *ih
     sc->ep_buf = ep_buf;
     sc->ep_cap = ep_cap;
     sc->aux_d = aux_d;
-    int gact = st->act >> ACT_DQKV & 1u;
     sc->qkv = fa_take(fa, n * c->QKV);
     sc->tmp = fa_take(fa, n * c->H);
-    sc->dq = gact ? aa_take(aa, n * c->QD) : fa_take(fa, n * c->QD);
-    sc->dk = gact ? aa_take(aa, n * c->KD) : fa_take(fa, n * c->KD);
-    sc->dv = gact ? aa_take(aa, n * c->KD) : fa_take(fa, n * c->KD);
-    sc->dqkv = gact && aa->esz < sizeof(float) ? aa_take(aa, n * c->QKV) : sc->qkv;
+    sc->dq = carve(&lt, ACT_DQKV, n * c->QD);
+    sc->dk = carve(&lt, ACT_DQKV, n * c->KD);
+    sc->dv = carve(&lt, ACT_DQKV, n * c->KD);
+    sc->dqkv = (st->act >> ACT_DQKV & 1u) && aa->esz < sizeof(float)
+                   ? aa_take(aa, n * c->QKV) : sc->qkv;
     sc->dqr = qkn ? fa_take(fa, n * c->QD) : NULL;
     sc->dkr = qkn ? fa_take(fa, n * c->KD) : NULL;
-    sc->datt = st->act >> ACT_DATT & 1u ? aa_take(aa, n * c->QD) : fa_take(fa, n * c->QD);
+    sc->datt = carve(&lt, ACT_DATT, n * c->QD);
     /* du/da serve the dense MLP and the MoE shared expert. */
     size_t wu = 0, wa = 0;
     if (any_dense) {
@@ -385,8 +386,8 @@ static void stack_take(stack *st, farena *fa, aarena *aa, iarena *ia, iarena *ih
         if ((size_t)c->Fs > wa)
             wa = (size_t)c->Fs;
     }
-    sc->du = st->act >> ACT_DU & 1u ? aa_take(aa, n * wu) : fa_take(fa, n * wu);
-    sc->da = st->act >> ACT_DA & 1u ? aa_take(aa, n * wa) : fa_take(fa, n * wa);
+    sc->du = carve(&lt, ACT_DU, n * wu);
+    sc->da = carve(&lt, ACT_DA, n * wa);
     if (any_moe)
         moe_take_scratch(c, sc, fa, N);
     sc->dres = fa_take(fa, nl * c->H);

@@ -120,19 +120,32 @@ int cuda_matmul16_forward(kdev *d, float *out, const float *inp, const float *we
 {
     static const char op[] = "matmul_forward (bf16)";
     int Kp = cuda_pitch8(K);
+    /* an out in bf16 activation memory: the GEMM's bf16 output (its bias rounded to bf16
+     * for the epilogue) where no padding is needed; elsewhere the caller goes through an
+     * fp32 copy */
+    int out16 = cuda_act16(d, out);
+    if (out16 && (Kp != K || N % 8))
+        return HERR_NOALGO;
     if (N % 4)
         return forward_padded(d, out, inp, weight, bias, M, K, Kp, N, op);
-    size_t count[2] = { operand16_count(d, inp, (size_t)M, K, Kp), (size_t)N * Kp };
-    kcuda_bf16 *b[2];   /* inp, weight */
+    size_t count[3] = { operand16_count(d, inp, (size_t)M, K, Kp), (size_t)N * Kp,
+                        out16 && bias ? (size_t)N : 0 };
+    kcuda_bf16 *b[3];   /* inp, weight, bias */
     const kcuda_bf16 *x = NULL;
-    int rc = cuda_carve_bf16(d, b, count, 2, op);
+    int rc = cuda_carve_bf16(d, b, count, 3, op);
     if (!rc)
         rc = operand16(d, &x, b[0], inp, (size_t)M, K, Kp, op);
     if (!rc)
         rc = rows_to_bf16(d, b[1], weight, (size_t)N, K, Kp, op);
+    if (!rc && count[2])
+        rc = cuda_to_bf16(d, b[2], bias, (size_t)N, op);
     if (rc)
         return rc;
-    rc = kcuda_matmul_forward_bf16_f32out(cuda_st(d)->k, out, x, b[1], bias, M, Kp, N);
+    if (out16)
+        rc = kcuda_matmul_forward_bf16(cuda_st(d)->k, (kcuda_bf16 *)out, x, b[1],
+                                       bias ? b[2] : NULL, M, K, N);
+    else
+        rc = kcuda_matmul_forward_bf16_f32out(cuda_st(d)->k, out, x, b[1], bias, M, Kp, N);
     return rc == KCUDA_ENOALGO ? HERR_NOALGO : cuda_kc(d, rc, op);
 }
 

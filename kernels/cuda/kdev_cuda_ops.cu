@@ -153,20 +153,14 @@ __global__ void cuda_dbias_kernel(float *dbias, const float *dout, int M, int N)
     dbias[j] += (float)s;
 }
 
-int cuda_matmul_forward(kdev *d, float *out, const float *inp, const float *weight,
-                        const float *bias, int M, int K, int N)
+/* The forward into fp32 memory, or into bf16 activation memory where the bf16 GEMM
+ * writes it (kdev_cuda_gemm16.cu); HERR_NOALGO for such an out elsewhere. */
+static int forward(kdev *d, float *out, const float *inp, const float *weight,
+                   const float *bias, int M, int K, int N)
 {
-    if (M <= 0 || N <= 0)
-        return 0;
-    if (K <= 0) { /* an empty product: out = bias (or 0) */
-        int rc = cuda_zero(d, out, (size_t)M * N * sizeof(float));
-        return rc || !bias ? rc : cuda_add_bias(d, out, bias, M, N);
-    }
-    if (int rc = cuda_no_act16(d, "matmul_forward", "out", out))
-        return rc;
     if (cuda_st(d)->prec == KDEV_PREC_BF16) {
         int rc = cuda_matmul16_forward(d, out, inp, weight, bias, M, K, N);
-        if (rc != HERR_NOALGO)   /* a shape without a bf16 algorithm: fp32 operands below */
+        if (rc != HERR_NOALGO || cuda_act16(d, out))   /* fp32 operands below */
             return rc;
     }
     float *x = NULL;   /* an fp32 copy of inp where it is bf16 activation memory */
@@ -176,6 +170,32 @@ int cuda_matmul_forward(kdev *d, float *out, const float *inp, const float *weig
                                                  M, K, N),
                      "matmul_forward");
     return cuda_act_f32_free(d, x, rc);
+}
+
+int cuda_matmul_forward(kdev *d, float *out, const float *inp, const float *weight,
+                        const float *bias, int M, int K, int N)
+{
+    if (M <= 0 || N <= 0)
+        return 0;
+    if (K <= 0) { /* an empty product: out = bias (or 0) */
+        if (int rc = cuda_no_act16(d, "matmul_forward", "out", out))
+            return rc;
+        int rc = cuda_zero(d, out, (size_t)M * N * sizeof(float));
+        return rc || !bias ? rc : cuda_add_bias(d, out, bias, M, N);
+    }
+    int rc = forward(d, out, inp, weight, bias, M, K, N);
+    if (rc != HERR_NOALGO)
+        return rc;
+    /* out in bf16 activation memory that no bf16 GEMM writes: an fp32 copy, rounded */
+    float *t = NULL;
+    size_t n = (size_t)M * N;
+    rc = cuda_err(d, cudaMallocAsync((void **)&t, n * sizeof(float), cuda_stream(d)),
+                  "matmul_forward");
+    if (!rc)
+        rc = forward(d, t, inp, weight, bias, M, K, N);
+    if (!rc)
+        rc = cuda_to_bf16(d, (kcuda_bf16 *)out, t, n, "matmul_forward");
+    return cuda_act_f32_free(d, t, rc);
 }
 
 /* The backward with dinp in fp32 memory, or in bf16 activation memory where the bf16
@@ -412,12 +432,29 @@ int cuda_rope_backward(kdev *d, float *dx, const float *cos, const float *sin, i
                    "rope_backward");
 }
 
+/* An activation's input in bf16 activation memory goes with its other tensors there too
+ * (the all-bf16 kernels): 1 when inp lies there and a, b too, 0 when inp does not,
+ * HERR_ARG when only inp does. */
+static int all_act16(kdev *d, const char *op, const float *inp, const float *a,
+                     const float *b)
+{
+    if (!cuda_act16(d, inp))
+        return 0;
+    if (cuda_act16(d, a) && cuda_act16(d, b))
+        return 1;
+    return kdev_fail(d, HERR_ARG, "%s: inp lies in bf16 activation memory but not every "
+                     "other tensor does", op);
+}
+
 int cuda_swiglu_forward(kdev *d, float *out, const float *inp, int N, int F)
 {
     if (N <= 0 || F <= 0)
         return 0;
-    if (int rc = cuda_no_act16(d, "swiglu_forward", "inp", inp))
-        return rc;
+    if (int rc = all_act16(d, "swiglu_forward", inp, out, out))
+        return rc > 0 ? cuda_kc(d, kcuda_swiglu_forward_bf16(cuda_st(d)->k, (kcuda_bf16 *)out,
+                                                             (const kcuda_bf16 *)inp, N, F),
+                                "swiglu_forward")
+                      : rc;
     if (cuda_act16(d, out))
         return cuda_kc(d, kcuda_swiglu_forward_f32_bf16out(cuda_st(d)->k, (kcuda_bf16 *)out, inp,
                                                            N, F),
@@ -431,8 +468,13 @@ int cuda_swiglu_backward(kdev *d, float *dinp, const float *dout, const float *i
 {
     if (N <= 0 || F <= 0)
         return 0;
-    if (int rc = cuda_no_act16(d, "swiglu_backward", "inp", inp))
-        return rc;
+    if (int rc = all_act16(d, "swiglu_backward", inp, dinp, dout))
+        return rc > 0 ? cuda_kc(d, kcuda_swiglu_backward_bf16(cuda_st(d)->k, (kcuda_bf16 *)dinp,
+                                                              (const kcuda_bf16 *)dout,
+                                                              (const kcuda_bf16 *)inp, N, F,
+                                                              !set),
+                                "swiglu_backward")
+                      : rc;
     return cuda_kc(d, kcuda_swiglu_backward_f32in(cuda_st(d)->k, dinp, cuda_act16(d, dinp), dout,
                                                   cuda_act16(d, dout), inp, N, F, !set),
                    "swiglu_backward");
@@ -442,8 +484,12 @@ int cuda_gelu_forward(kdev *d, float *out, const float *inp, size_t n, kgelu_kin
 {
     if (!n)
         return 0;
-    if (int rc = cuda_no_act16(d, "gelu_forward", "inp", inp))
-        return rc;
+    if (int rc = all_act16(d, "gelu_forward", inp, out, out))
+        return rc > 0 ? cuda_kc(d, kcuda_gelu_forward_bf16(cuda_st(d)->k, (kcuda_bf16 *)out,
+                                                           (const kcuda_bf16 *)inp, n,
+                                                           (int)kind),
+                                "gelu_forward")
+                      : rc;
     if (cuda_act16(d, out))
         return cuda_kc(d, kcuda_gelu_forward_f32_bf16out(cuda_st(d)->k, (kcuda_bf16 *)out, inp, n,
                                                          (int)kind),
@@ -457,8 +503,13 @@ int cuda_gelu_backward(kdev *d, float *dinp, const float *dout, const float *inp
 {
     if (!n)
         return 0;
-    if (int rc = cuda_no_act16(d, "gelu_backward", "inp", inp))
-        return rc;
+    if (int rc = all_act16(d, "gelu_backward", inp, dinp, dout))
+        return rc > 0 ? cuda_kc(d, kcuda_gelu_backward_bf16(cuda_st(d)->k, (kcuda_bf16 *)dinp,
+                                                            (const kcuda_bf16 *)dout,
+                                                            (const kcuda_bf16 *)inp, n,
+                                                            (int)kind, !set),
+                                "gelu_backward")
+                      : rc;
     return cuda_kc(d, kcuda_gelu_backward_f32in(cuda_st(d)->k, dinp, cuda_act16(d, dinp), dout,
                                                 cuda_act16(d, dout), inp, n, (int)kind, !set),
                    "gelu_backward");

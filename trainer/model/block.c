@@ -276,11 +276,11 @@ enum {
     SH_H1, SH_MEAN1, SH_RSTD1, SH_QR, SH_KR, SH_QRS, SH_KRS, SH_Q, SH_K, SH_V, SH_ATT,
     SH_LSE, SH_X1, SH_H2, SH_MEAN2, SH_RSTD2, SH_U, SH_A, SH_COUNT
 };
-/* Scratch gradients in activation memory (stack.act bits past the SH_ ones): du and da,
- * the activation's input and output gradients; datt; dq, dk, dv and their merge dqkv (a
- * buffer of its own only where the activation type is narrower than fp32; else sc.qkv
- * serves, as without). */
-enum { ACT_DU = SH_COUNT, ACT_DA, ACT_DATT, ACT_DQKV };
+/* Scratch in activation memory (stack.act bits past the SH_ ones): du and da, the
+ * activation's input and output gradients; datt; the qkv linear's output and dq, dk, dv
+ * with their merge dqkv (a buffer of its own only where the activation type is narrower
+ * than fp32; else sc.qkv serves, as without). */
+enum { ACT_DU = SH_COUNT, ACT_DA, ACT_DATT, ACT_QKV };
 
 typedef struct {
     farena *fa;
@@ -364,12 +364,12 @@ static void stack_take(stack *st, farena *fa, aarena *aa, iarena *ia, iarena *ih
     sc->ep_buf = ep_buf;
     sc->ep_cap = ep_cap;
     sc->aux_d = aux_d;
-    sc->qkv = fa_take(fa, n * c->QKV);
+    sc->qkv = carve(&lt, ACT_QKV, n * c->QKV);
     sc->tmp = fa_take(fa, n * c->H);
-    sc->dq = carve(&lt, ACT_DQKV, n * c->QD);
-    sc->dk = carve(&lt, ACT_DQKV, n * c->KD);
-    sc->dv = carve(&lt, ACT_DQKV, n * c->KD);
-    sc->dqkv = (st->act >> ACT_DQKV & 1u) && aa->esz < sizeof(float)
+    sc->dq = carve(&lt, ACT_QKV, n * c->QD);
+    sc->dk = carve(&lt, ACT_QKV, n * c->KD);
+    sc->dv = carve(&lt, ACT_QKV, n * c->KD);
+    sc->dqkv = (st->act >> ACT_QKV & 1u) && aa->esz < sizeof(float)
                    ? aa_take(aa, n * c->QKV) : sc->qkv;
     sc->dqr = qkn ? fa_take(fa, n * c->QD) : NULL;
     sc->dkr = qkn ? fa_take(fa, n * c->KD) : NULL;
@@ -407,15 +407,18 @@ static unsigned act_buffers(const stack *st)
         return 0;
     unsigned m = 1u << SH_H1 | 1u << SH_ATT | 1u << SH_H2 | 1u << SH_A | 1u << SH_Q |
                  1u << SH_K | 1u << SH_V | 1u << ACT_DU | 1u << ACT_DA | 1u << ACT_DATT |
-                 1u << ACT_DQKV;
+                 1u << ACT_QKV;
     if (st->c.s->qk_norm)   /* dq, dk feed the q/k norms' backward */
-        m &= ~(1u << ACT_DQKV);
+        m &= ~(1u << ACT_QKV);
     for (int l = 0; l < st->L; l++) {
         if (st->layers[l].p.fp8)
             return 0;
         if (st->layers[l].moe)   /* the shared expert's backward zeroes du, da as floats */
             m &= ~(1u << SH_H2 | 1u << ACT_DU | 1u << ACT_DA);
     }
+    /* u, the activation's input, with its gradients (the all-bf16 activation kernels) */
+    if ((m >> ACT_DU & 1u) && (m >> ACT_DA & 1u))
+        m |= 1u << SH_U;
     return m;
 }
 
@@ -469,6 +472,13 @@ int stack_reserve(stack *st, int N, hearth_err *err)
 
 /* ---- forward ------------------------------------------------------------------------ */
 
+/* Column i of the first row of qkv or dqkv: in elements of activation memory where the
+ * stack keeps them there (ACT_QKV), else floats. */
+static float *qkv_at(const stack *st, float *p, size_t i)
+{
+    return st->act >> ACT_QKV & 1u ? kdev_act_at(st->c.dev, p, i) : p + i;
+}
+
 /* The attention norm: b->h1 holds its output over all N rows (gathered under sp). */
 static int attn_norm_forward(stack *st, block *b, const float *x, const stack_ctx *ctx,
                              const float **h1, hearth_err *err)
@@ -506,8 +516,8 @@ static int attn_forward(stack *st, block *b, const float *x, const stack_ctx *ct
     size_t row = (size_t)c->QKV;
     size_t nq = (size_t)c->QD, nk = (size_t)c->KD;
     kdev_act_copy_2d(dev, qd, nq, sc->qkv, row, (size_t)N, nq);
-    kdev_act_copy_2d(dev, kd, nk, sc->qkv + c->QD, row, (size_t)N, nk);
-    kdev_act_copy_2d(dev, b->v, nk, sc->qkv + c->QD + c->KD, row, (size_t)N, nk);
+    kdev_act_copy_2d(dev, kd, nk, qkv_at(st, sc->qkv, nq), row, (size_t)N, nk);
+    kdev_act_copy_2d(dev, b->v, nk, qkv_at(st, sc->qkv, nq + nk), row, (size_t)N, nk);
     if (s->qk_norm) {
         kdev_rmsnorm_forward(dev, b->q, b->qrs, b->qr, p->q_norm_w, N * c->Hq, c->D,
                              s->norm_eps);
@@ -780,13 +790,6 @@ static int dense_mlp_backward(stack *st, block *b, const stack_ctx *ctx, hearth_
     return 0;
 }
 
-/* Column i of dqkv's first row: elements of activation memory where dqkv has its own
- * buffer there, else floats (it is sc.qkv). */
-static float *dqkv_at(const stack *st, size_t i)
-{
-    const stack_scratch *sc = &st->sc;
-    return sc->dqkv != sc->qkv ? kdev_act_at(st->c.dev, sc->dqkv, i) : sc->dqkv + i;
-}
 
 static int attn_backward(stack *st, block *b, const float *x, const stack_ctx *ctx,
                          hearth_err *err)
@@ -840,8 +843,8 @@ static int attn_backward(stack *st, block *b, const float *x, const stack_ctx *c
     }
     size_t row = (size_t)c->QKV, fq = (size_t)c->QD, fk = (size_t)c->KD;
     kdev_act_copy_2d(dev, sc->dqkv, row, dqd, fq, (size_t)N, fq);
-    kdev_act_copy_2d(dev, dqkv_at(st, fq), row, dkd, fk, (size_t)N, fk);
-    kdev_act_copy_2d(dev, dqkv_at(st, fq + fk), row, sc->dv, fk, (size_t)N, fk);
+    kdev_act_copy_2d(dev, qkv_at(st, sc->dqkv, fq), row, dkd, fk, (size_t)N, fk);
+    kdev_act_copy_2d(dev, qkv_at(st, sc->dqkv, fq + fk), row, sc->dv, fk, (size_t)N, fk);
     float *dh = sc->tmp;
     if ((rc = fp8_linear_backward_set(st->c.dev, p->fp8, FP8_QKV, 0, dh, g->qkv_w, g->qkv_b,
                                       sc->dqkv, b->h1, p->qkv_w, N, c->H, c->QKV, err)))

@@ -405,7 +405,14 @@ int kdev_matmul_forward(kdev *d, float *out, const float *inp, const float *weig
                         const float *bias, int M, int K, int N)
 {
     MARK(d, "matmul_forward");
-    return note(d, d->ops->matmul_forward(d, out, inp, weight, bias, M, K, N));
+    return note(d, d->ops->matmul_forward(d, out, inp, weight, bias, NULL, M, K, N));
+}
+
+int kdev_matmul_forward_residual(kdev *d, float *out, const float *res, const float *inp,
+                                 const float *weight, const float *bias, int M, int K, int N)
+{
+    MARK(d, "matmul_forward");
+    return note(d, d->ops->matmul_forward(d, out, inp, weight, bias, res, M, K, N));
 }
 
 int kdev_matmul_backward(kdev *d, float *dinp, float *dweight, float *dbias,
@@ -626,7 +633,7 @@ int kdev_head_ce_forward(kdev *d, float *ws, double *lse, float *losses, float *
     int rc = d->ops->head_ce_forward(d, ws, lse, losses, mx, sums, inp, w, targets, n, K, V);
     if (rc != HERR_NOALGO)
         return note(d, rc);
-    if ((rc = d->ops->matmul_forward(d, ws, inp, w, NULL, n, K, V)) ||
+    if ((rc = d->ops->matmul_forward(d, ws, inp, w, NULL, NULL, n, K, V)) ||
         (rc = d->ops->ce_rowmax(d, mx, ws, n, V)) ||
         (rc = d->ops->ce_rowsum(d, sums, ws, mx, targets, 0, n, V)))
         return note(d, rc);
@@ -729,7 +736,7 @@ int kdev_fp8_matmul_forward(kdev *d, float *ws, float *out, const float *inp, co
         (rc = d->ops->fp8_qdq(d, qx, inp, (size_t)M * K, sx, KFP8_E4M3)) ||
         (rc = d->ops->fp8_qdq(d, qw, w, (size_t)N * K, sw, KFP8_E4M3)))
         return note(d, rc);
-    return note(d, d->ops->matmul_forward(d, out, qx, qw, bias, M, K, N));
+    return note(d, d->ops->matmul_forward(d, out, qx, qw, bias, NULL, M, K, N));
 }
 
 int kdev_fp8_matmul_backward(kdev *d, float *ws, float *dinp, float *dw, const float *dout,

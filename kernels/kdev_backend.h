@@ -27,7 +27,7 @@ extern "C" {
 #define KDEV_CUDA_ENTRY_NAME "hearth_kdev_cuda_ops"
 /* Bumped whenever kdev_ops or struct kdev changes: a library of another version is
  * refused rather than called through a table of another layout. */
-#define KDEV_ABI 13
+#define KDEV_ABI 14
 
 struct kdev {
     const kdev_ops *ops;
@@ -73,8 +73,9 @@ struct kdev_ops {
     int (*scatter_rows)(kdev *d, float *dst, const float *src, const int *idx, int n, int C);
     int (*add_bias)(kdev *d, float *x, const float *bias, int n, int C);
 
+    /* res: NULL, or the fp32 [M, N] added to the product (kdev_matmul_forward_residual) */
     int (*matmul_forward)(kdev *d, float *out, const float *inp, const float *weight,
-                          const float *bias, int M, int K, int N);
+                          const float *bias, const float *res, int M, int K, int N);
     /* set: dinp is written, not added to (kdev_matmul_backward_set) */
     int (*matmul_backward)(kdev *d, float *dinp, float *dweight, float *dbias,
                            const float *dout, const float *inp, const float *weight, int M,

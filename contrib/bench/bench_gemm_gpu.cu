@@ -32,6 +32,8 @@ static const struct shape shapes[] = {
     {"qwen3b vit fc2", 4096, 3420, 1280},       {"qwen3b dec qkv", 4096, 2048, 2560},
     {"qwen3b dec o", 4096, 2048, 2048},         {"qwen3b dec fc1", 4096, 2048, 22016},
     {"qwen3b dec fc2", 4096, 11008, 2048},      {"qwen3b lm_head", 4096, 2048, 151936},
+    {"gpt2 qkv", 16384, 768, 2304},             {"gpt2 proj", 16384, 768, 768},
+    {"gpt2 fc1", 16384, 768, 3072},             {"gpt2 fc2", 16384, 3072, 768},
     {"square 8192", 8192, 8192, 8192},
 };
 

@@ -50,6 +50,24 @@ static float *fbuf(bench *b, size_t n, float lo = -1.0f, float hi = 1.0f)
     return (float *)p;
 }
 
+/* n elements of activation memory, random in [-1, 1] (uploaded through fp32) */
+static float *abuf(bench *b, size_t n)
+{
+    void *p = NULL;
+    std::vector<float> h(n);
+    uint64_t r = b->seed++ * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < n; i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        h[i] = (float)((r >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+    }
+    if (kdev_alloc_act(b->d, &p, n) || kdev_act_upload(b->d, p, h.data(), n)) {
+        printf("# act buffer of %zu: %s\n", n, kdev_errmsg(b->d));
+        exit(1);
+    }
+    b->bufs.push_back(p);
+    return (float *)p;
+}
+
 static void *ibuf(bench *b, const std::vector<int> &h)
 {
     void *p = NULL;
@@ -205,6 +223,38 @@ int main(void)
         [&] { return kdev_matmul_backward_set(b.d, dx, gw, gb, du, x, w1, N, C, F); });
     row(&b, "matmul bwd fc2", LS, 0, 2 * g * F * C,
         [&] { return kdev_matmul_backward_set(b.d, du, gw, gb, y, a, w2, N, F, C); });
+
+    /* The same GEMMs as the model calls them (trainer/model/block.c): the norm outputs,
+     * u, a, att, the qkv rows and the gradients du, da, datt, dqkv in activation memory;
+     * the residual stream's gradient dres and the norms' input gradient dh in fp32. */
+    float *h16 = abuf(&b, (size_t)N * C), *att16 = abuf(&b, (size_t)N * C);
+    float *qkv16 = abuf(&b, (size_t)N * 3 * C), *dqkv16 = abuf(&b, (size_t)N * 3 * C);
+    float *u16 = abuf(&b, (size_t)N * F), *a16 = abuf(&b, (size_t)N * F);
+    float *du16 = abuf(&b, (size_t)N * F), *da16 = abuf(&b, (size_t)N * C);
+    row(&b, "act: matmul fwd qkv (out act)", 0, 0, g * C * 3 * C,
+        [&] { return kdev_matmul_forward(b.d, qkv16, h16, wqkv, bqkv, N, C, 3 * C); });
+    row(&b, "act: matmul fwd proj (out fp32)", 0, 0, g * C * C,
+        [&] { return kdev_matmul_forward(b.d, y, att16, wo, bo, N, C, C); });
+    row(&b, "act: matmul fwd fc1 (out act)", 0, 0, g * C * F,
+        [&] { return kdev_matmul_forward(b.d, u16, h16, w1, b1, N, C, F); });
+    row(&b, "act: matmul fwd fc2 (out fp32)", 0, 0, g * F * C,
+        [&] { return kdev_matmul_forward(b.d, y, a16, w2, b2, N, F, C); });
+    row(&b, "act: matmul bwd qkv (dout act, dinp fp32)", 0, 0, 2 * g * C * 3 * C,
+        [&] { return kdev_matmul_backward_set(b.d, dx, gw, gb, dqkv16, h16, wqkv, N, C, 3 * C); });
+    row(&b, "act: matmul bwd proj (dout fp32, dinp act)", 0, 0, 2 * g * C * C,
+        [&] { return kdev_matmul_backward_set(b.d, da16, gw, gb, y, att16, wo, N, C, C); });
+    row(&b, "act: matmul bwd fc1 (dout act, dinp fp32)", 0, 0, 2 * g * C * F,
+        [&] { return kdev_matmul_backward_set(b.d, dx, gw, gb, du16, h16, w1, N, C, F); });
+    row(&b, "act: matmul bwd fc2 (dout fp32, dinp act)", 0, 0, 2 * g * F * C,
+        [&] { return kdev_matmul_backward_set(b.d, du16, gw, gb, y, a16, w2, N, F, C); });
+    row(&b, "act: matmul bwd fc2, dW only", 0, 0, g * F * C,
+        [&] { return kdev_matmul_backward_set(b.d, NULL, gw, NULL, y, a16, w2, N, F, C); });
+    row(&b, "act: matmul bwd fc2, dinp only", 0, 0, g * F * C,
+        [&] { return kdev_matmul_backward_set(b.d, du16, NULL, NULL, y, a16, w2, N, F, C); });
+    row(&b, "act: matmul bwd fc1, dW only", 0, 0, g * F * C,
+        [&] { return kdev_matmul_backward_set(b.d, NULL, gw, NULL, du16, h16, w1, N, C, F); });
+    row(&b, "act: matmul bwd fc1, dinp only", 0, 0, g * F * C,
+        [&] { return kdev_matmul_backward_set(b.d, dx, NULL, NULL, du16, h16, w1, N, C, F); });
 
     const double act = (double)N * C * 4e-9;   /* GB of one fp32 [N, C] tensor */
     row(&b, "layernorm fwd", 2 * LS, 2 * act, 0,

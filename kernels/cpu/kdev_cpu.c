@@ -196,11 +196,15 @@ static int cpu_add_bias(kdev *d, float *x, const float *bias, int n, int C)
     return 0;
 }
 
+/* With res: the product, then res added (bitwise the caller's matmul into a scratch and
+ * add of the two). */
 static int cpu_matmul_forward(kdev *d, float *out, const float *inp, const float *weight,
-                              const float *bias, int M, int K, int N)
+                              const float *bias, const float *res, int M, int K, int N)
 {
     (void)d;
     kcpu_matmul_forward(out, inp, weight, bias, M, K, N);
+    if (res && M > 0 && N > 0)
+        kcpu_add(out, res, out, (size_t)M * N);
     return 0;
 }
 

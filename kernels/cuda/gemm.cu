@@ -30,6 +30,7 @@ struct gemm_args {
     float beta;
     const void *bias; /* NULL: no epilogue */
     int bgrad;        /* with bias: BGRADB, bias[n] = column sums of op(B) over k (written) */
+    const void *res;  /* beta's C where it is not the output C (same layout); NULL: C */
 };
 
 /* The largest power of two (<= 16) dividing every pointer: cuBLASLt's choice depends
@@ -132,6 +133,9 @@ static int lt_matmul_ct(kcuda_ctx *ctx, const struct gemm_args *g, int fast)
     key.epilogue = (int)epi;
     key.beta1 = beta != 0.0f;
     key.align = ptr_align(g->A, g->B, g->C, g->bias);
+    if (g->res && ptr_align(g->res, NULL, NULL, NULL) < key.align)
+        key.align = ptr_align(g->res, NULL, NULL, NULL);
+    const void *cin = g->res ? g->res : g->C;
     key.fast = fast;
 
     struct kcuda_gemm_entry *slot = cache_slot(ctx, &key);
@@ -142,7 +146,7 @@ static int lt_matmul_ct(kcuda_ctx *ctx, const struct gemm_args *g, int fast)
                                               &g->bias, sizeof g->bias),
                "set BIAS_POINTER");
         LT(cublasLtMatmul(ctx->lt, slot->op, &alpha, g->A, slot->la, g->B, slot->lb, &beta,
-                          g->C, slot->lc, g->C, slot->lc, &slot->algo, ctx->workspace,
+                          cin, slot->lc, g->C, slot->lc, &slot->algo, ctx->workspace,
                           ctx->workspace_bytes, ctx->stream),
            "cublasLtMatmul");
         return KCUDA_OK;
@@ -185,11 +189,11 @@ static int lt_matmul_ct(kcuda_ctx *ctx, const struct gemm_args *g, int fast)
     if (slot) { /* the entry takes the descriptors over */
         kcuda_gemm_cache_fill(ctx, slot, &key, &res.algo, &op, &la, &lb, &lc);
         LT(cublasLtMatmul(ctx->lt, slot->op, &alpha, g->A, slot->la, g->B, slot->lb, &beta,
-                          g->C, slot->lc, g->C, slot->lc, &slot->algo, ctx->workspace,
+                          cin, slot->lc, g->C, slot->lc, &slot->algo, ctx->workspace,
                           ctx->workspace_bytes, ctx->stream),
            "cublasLtMatmul");
     } else { /* table full: use the answer once, uncached */
-        LT(cublasLtMatmul(ctx->lt, op, &alpha, g->A, la, g->B, lb, &beta, g->C, lc, g->C, lc,
+        LT(cublasLtMatmul(ctx->lt, op, &alpha, g->A, la, g->B, lb, &beta, cin, lc, g->C, lc,
                           algo, ctx->workspace, ctx->workspace_bytes, ctx->stream),
            "cublasLtMatmul");
     }
@@ -311,11 +315,12 @@ static int check_shape(kcuda_ctx *ctx, const char *fn, int M, int K, int N)
     return KCUDA_OK;
 }
 
+/* out = inp . weight^T (+ bias) (+ res, where given: cuBLASLt's C, beta 1) */
 static int forward(kcuda_ctx *ctx, int dtype, void *out, const void *inp, const void *weight,
-                   const void *bias, int M, int K, int N)
+                   const void *bias, int M, int K, int N, const void *res = NULL)
 {
     struct gemm_args g = {dtype, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, weight, K, inp, K,
-                          out, N, 0.0f, bias, 0};
+                          out, N, res ? 1.0f : 0.0f, bias, 0, res};
     return lt_matmul(ctx, &g);
 }
 
@@ -326,13 +331,13 @@ static int backward(kcuda_ctx *ctx, int dtype, T *dinp, T *dweight, T *dbias, co
     int rc;
     if (dinp) {
         struct gemm_args g = {dtype, CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, weight, K, dout, N,
-                              dinp, K, 1.0f, NULL, 0};
+                              dinp, K, 1.0f, NULL, 0, NULL};
         if ((rc = lt_matmul(ctx, &g)) < 0)
             return rc;
     }
     if (dweight) {
         struct gemm_args g = {dtype, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, inp, K, dout, N,
-                              dweight, K, 1.0f, NULL, 0};
+                              dweight, K, 1.0f, NULL, 0, NULL};
         if ((rc = lt_matmul(ctx, &g)) < 0)
             return rc;
     }
@@ -391,6 +396,18 @@ extern "C" int kcuda_matmul_forward_bf16_f32out(kcuda_ctx *ctx, float *out,
     return rc < 0 ? rc : forward(ctx, DT_BF16_F32OUT, out, inp, weight, bias, M, K, N);
 }
 
+extern "C" int kcuda_matmul_forward_bf16_f32res(kcuda_ctx *ctx, float *out, const float *res,
+                                                const kcuda_bf16 *inp, const kcuda_bf16 *weight,
+                                                const float *bias, int M, int K, int N)
+{
+    int rc = check_shape(ctx, "kcuda_matmul_forward_bf16_f32res", M, K, N);
+    if (rc < 0)
+        return rc;
+    if (!res)
+        return kcuda_fail(ctx, KCUDA_EARG, "kcuda_matmul_forward_bf16_f32res: NULL res");
+    return forward(ctx, DT_BF16_F32OUT, out, inp, weight, bias, M, K, N, res);
+}
+
 extern "C" int kcuda_matmul_dinp_bf16_f32out(kcuda_ctx *ctx, float *dinp,
                                              const kcuda_bf16 *dout, int ldd,
                                              const kcuda_bf16 *weight, int M, int K, int N,
@@ -403,7 +420,7 @@ extern "C" int kcuda_matmul_dinp_bf16_f32out(kcuda_ctx *ctx, float *dinp,
         return kcuda_fail(ctx, KCUDA_EARG, "kcuda_matmul_dinp_bf16_f32out: ldd %d < N %d", ldd,
                           N);
     struct gemm_args g = {DT_BF16_F32OUT, CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, weight, K, dout,
-                          ldd, dinp, K, accumulate ? 1.0f : 0.0f, NULL, 0};
+                          ldd, dinp, K, accumulate ? 1.0f : 0.0f, NULL, 0, NULL};
     return lt_matmul(ctx, &g);
 }
 
@@ -418,7 +435,7 @@ extern "C" int kcuda_matmul_dweight_bf16_f32out(kcuda_ctx *ctx, float *dweight,
         return kcuda_fail(ctx, KCUDA_EARG, "kcuda_matmul_dweight_bf16_f32out: ldd %d < N %d",
                           ldd, N);
     struct gemm_args g = {DT_BF16_F32OUT, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, inp, K, dout,
-                          ldd, dweight, K, 1.0f, NULL, 0};
+                          ldd, dweight, K, 1.0f, NULL, 0, NULL};
     return lt_matmul(ctx, &g);
 }
 
@@ -486,14 +503,14 @@ extern "C" int kcuda_matmul_backward_bf16_f32w(kcuda_ctx *ctx, kcuda_bf16 *dinp,
                           "kcuda_matmul_backward_bf16_f32w: dbias_set needs dweight");
     if (dinp) {
         struct gemm_args g = {DT_BF16, CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, weight, K, dout, N,
-                              dinp, K, dinp_accumulate ? 1.0f : 0.0f, NULL, 0};
+                              dinp, K, dinp_accumulate ? 1.0f : 0.0f, NULL, 0, NULL};
         if ((rc = lt_matmul(ctx, &g)) < 0)
             return rc;
     }
     if (dweight) {
         /* B = dout (op T, [N, M] column-major), k = M: BGRADB sums dout over the rows. */
         struct gemm_args g = {DT_BF16_F32OUT, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, inp, K, dout,
-                              N, dweight, K, 1.0f, dbias_set, dbias_set != NULL};
+                              N, dweight, K, 1.0f, dbias_set, dbias_set != NULL, NULL};
         if ((rc = lt_matmul(ctx, &g)) < 0)
             return rc;
     }

@@ -93,6 +93,11 @@ int kcuda_matmul_backward_f32(kcuda_ctx *ctx, float *dinp, float *dweight, float
 int kcuda_matmul_forward_bf16_f32out(kcuda_ctx *ctx, float *out, const kcuda_bf16 *inp,
                                      const kcuda_bf16 *weight, const float *bias, int M, int K,
                                      int N);
+/* out = res + inp . weight^T (+ bias): the residual added in the GEMM's epilogue (res
+ * fp32 [M, N], read through cuBLASLt's C; out may be res itself). */
+int kcuda_matmul_forward_bf16_f32res(kcuda_ctx *ctx, float *out, const float *res,
+                                     const kcuda_bf16 *inp, const kcuda_bf16 *weight,
+                                     const float *bias, int M, int K, int N);
 /* dinp += (accumulate) or = the product. */
 int kcuda_matmul_dinp_bf16_f32out(kcuda_ctx *ctx, float *dinp, const kcuda_bf16 *dout,
                                   int ldd, const kcuda_bf16 *weight, int M, int K, int N,

@@ -78,7 +78,8 @@ static int copy_rows(kdev *d, float *dst, int dpitch, const float *src, int spit
 #define PAD_BLOCK_FLOATS ((size_t)1 << 26)   /* 256 MiB of fp32 output per block */
 
 static int forward_padded(kdev *d, float *out, const float *inp, const float *weight,
-                          const float *bias, int M, int K, int Kp, int N, const char *op)
+                          const float *bias, const float *res, int M, int K, int Kp, int N,
+                          const char *op)
 {
     int Np = cuda_pitch8(N);
     size_t rows = PAD_BLOCK_FLOATS / (size_t)Np;
@@ -112,11 +113,11 @@ static int forward_padded(kdev *d, float *out, const float *inp, const float *we
             return rc == KCUDA_ENOALGO && r0 == 0 ? HERR_NOALGO : cuda_kc(d, rc, op);
         rc = cuda_unpitch(d, out + (size_t)r0 * N, blk, (size_t)n, N, Np, op);
     }
-    return rc;
+    return rc || !res ? rc : cuda_add(d, out, res, out, (size_t)M * N);
 }
 
 int cuda_matmul16_forward(kdev *d, float *out, const float *inp, const float *weight,
-                          const float *bias, int M, int K, int N)
+                          const float *bias, const float *res, int M, int K, int N)
 {
     static const char op[] = "matmul_forward (bf16)";
     int Kp = cuda_pitch8(K);
@@ -124,10 +125,10 @@ int cuda_matmul16_forward(kdev *d, float *out, const float *inp, const float *we
      * for the epilogue) where no padding is needed; elsewhere the caller goes through an
      * fp32 copy */
     int out16 = cuda_act16(d, out);
-    if (out16 && (Kp != K || N % 8))
+    if (out16 && (Kp != K || N % 8 || res))
         return HERR_NOALGO;
     if (N % 4)
-        return forward_padded(d, out, inp, weight, bias, M, K, Kp, N, op);
+        return forward_padded(d, out, inp, weight, bias, res, M, K, Kp, N, op);
     size_t count[3] = { operand16_count(d, inp, (size_t)M, K, Kp), (size_t)N * Kp,
                         out16 && bias ? (size_t)N : 0 };
     kcuda_bf16 *b[3];   /* inp, weight, bias */
@@ -144,6 +145,8 @@ int cuda_matmul16_forward(kdev *d, float *out, const float *inp, const float *we
     if (out16)
         rc = kcuda_matmul_forward_bf16(cuda_st(d)->k, (kcuda_bf16 *)out, x, b[1],
                                        bias ? b[2] : NULL, M, K, N);
+    else if (res)   /* the residual through cuBLASLt's C: one pass over out, not three */
+        rc = kcuda_matmul_forward_bf16_f32res(cuda_st(d)->k, out, res, x, b[1], bias, M, Kp, N);
     else
         rc = kcuda_matmul_forward_bf16_f32out(cuda_st(d)->k, out, x, b[1], bias, M, Kp, N);
     return rc == KCUDA_ENOALGO ? HERR_NOALGO : cuda_kc(d, rc, op);

@@ -119,8 +119,8 @@ CUDA_PRIVATE int cuda_scatter_rows(kdev *d, float *dst, const float *src, const 
                                    int n, int C);
 CUDA_PRIVATE int cuda_add_bias(kdev *d, float *x, const float *bias, int n, int C);
 CUDA_PRIVATE int cuda_matmul_forward(kdev *d, float *out, const float *inp,
-                                     const float *weight, const float *bias, int M, int K,
-                                     int N);
+                                     const float *weight, const float *bias, const float *res,
+                                     int M, int K, int N);
 CUDA_PRIVATE int cuda_matmul_backward(kdev *d, float *dinp, float *dweight, float *dbias,
                                       const float *dout, const float *inp,
                                       const float *weight, int M, int K, int N, int set);
@@ -216,9 +216,10 @@ CUDA_PRIVATE int cuda_act_f32_free(kdev *d, float *x, int rc);
 /* kdev_cuda_gemm16.cu: kdev's matmul at the precision BF16: operands converted to bf16,
  * fp32 outputs and gradients straight from cuBLASLt (bf16 A/B, fp32 C).  HERR_NOALGO
  * when cuBLASLt has no algorithm for a shape (the caller then runs it in fp32 math). */
+/* res (fp32, or NULL): added to the product in the GEMM's epilogue (out fp32). */
 CUDA_PRIVATE int cuda_matmul16_forward(kdev *d, float *out, const float *inp,
-                                       const float *weight, const float *bias, int M, int K,
-                                       int N);
+                                       const float *weight, const float *bias,
+                                       const float *res, int M, int K, int N);
 /* set: dinp written, not added to. */
 CUDA_PRIVATE int cuda_matmul16_backward(kdev *d, float *dinp, float *dweight, float *dbias,
                                         const float *dout, const float *inp,

@@ -154,12 +154,13 @@ __global__ void cuda_dbias_kernel(float *dbias, const float *dout, int M, int N)
 }
 
 /* The forward into fp32 memory, or into bf16 activation memory where the bf16 GEMM
- * writes it (kdev_cuda_gemm16.cu); HERR_NOALGO for such an out elsewhere. */
+ * writes it (kdev_cuda_gemm16.cu); HERR_NOALGO for such an out elsewhere.  res (fp32
+ * out only): added in the bf16 GEMM's epilogue, after the fp32 GEMM by a pass. */
 static int forward(kdev *d, float *out, const float *inp, const float *weight,
-                   const float *bias, int M, int K, int N)
+                   const float *bias, const float *res, int M, int K, int N)
 {
     if (cuda_st(d)->prec == KDEV_PREC_BF16) {
-        int rc = cuda_matmul16_forward(d, out, inp, weight, bias, M, K, N);
+        int rc = cuda_matmul16_forward(d, out, inp, weight, bias, res, M, K, N);
         if (rc != HERR_NOALGO || cuda_act16(d, out))   /* fp32 operands below */
             return rc;
     }
@@ -169,21 +170,31 @@ static int forward(kdev *d, float *out, const float *inp, const float *weight,
         rc = cuda_kc(d, kcuda_matmul_forward_f32(cuda_st(d)->k, out, x ? x : inp, weight, bias,
                                                  M, K, N),
                      "matmul_forward");
+    if (!rc && res)
+        rc = cuda_add(d, out, res, out, (size_t)M * N);
     return cuda_act_f32_free(d, x, rc);
 }
 
 int cuda_matmul_forward(kdev *d, float *out, const float *inp, const float *weight,
-                        const float *bias, int M, int K, int N)
+                        const float *bias, const float *res, int M, int K, int N)
 {
     if (M <= 0 || N <= 0)
         return 0;
+    if (res) {   /* the sum is fp32 */
+        if (int rc = cuda_no_act16(d, "matmul_forward", "out", out))
+            return rc;
+        if (int rc = cuda_no_act16(d, "matmul_forward", "res", res))
+            return rc;
+    }
     if (K <= 0) { /* an empty product: out = bias (or 0) */
         if (int rc = cuda_no_act16(d, "matmul_forward", "out", out))
             return rc;
         int rc = cuda_zero(d, out, (size_t)M * N * sizeof(float));
-        return rc || !bias ? rc : cuda_add_bias(d, out, bias, M, N);
+        if (!rc && bias)
+            rc = cuda_add_bias(d, out, bias, M, N);
+        return rc || !res ? rc : cuda_add(d, out, res, out, (size_t)M * N);
     }
-    int rc = forward(d, out, inp, weight, bias, M, K, N);
+    int rc = forward(d, out, inp, weight, bias, res, M, K, N);
     if (rc != HERR_NOALGO)
         return rc;
     /* out in bf16 activation memory that no bf16 GEMM writes: an fp32 copy, rounded */
@@ -192,7 +203,7 @@ int cuda_matmul_forward(kdev *d, float *out, const float *inp, const float *weig
     rc = cuda_err(d, cudaMallocAsync((void **)&t, n * sizeof(float), cuda_stream(d)),
                   "matmul_forward");
     if (!rc)
-        rc = forward(d, t, inp, weight, bias, M, K, N);
+        rc = forward(d, t, inp, weight, bias, NULL, M, K, N);
     if (!rc)
         rc = cuda_to_bf16(d, (kcuda_bf16 *)out, t, n, "matmul_forward");
     return cuda_act_f32_free(d, t, rc);

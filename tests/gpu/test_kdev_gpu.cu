@@ -464,10 +464,14 @@ static int mm_case(struct tctx *t, const char *tag, int M, int K, int N)
     struct dp db1 = dp_make(t, hdb, (size_t)N * 4);
     /* the _set form writes dinp: NaN there must not survive; dw still accumulates */
     struct dp dis = dp_nan(t, (size_t)M * K), dws = dp_make(t, hdw, (size_t)N * K * 4);
+    /* the residual forward: res + the product (+ bias) */
+    struct dp res = dp_rand(t, (size_t)M * N, -1, 1), o3 = dp_nan(t, (size_t)M * N);
     if (t->bad)
         return 1;
     for (int k = 0; k < 2; k++) {
         kdev *d = t->d[k];
+        CK(kdev_matmul_forward_residual(d, FP(o3, k), FP(res, k), FP(inp, k), FP(wt, k),
+                                        FP(bias, k), M, K, N));
         CK(kdev_matmul_backward_set(d, FP(dis, k), FP(dws, k), NULL, FP(dout, k), FP(inp, k),
                                     FP(wt, k), M, K, N));
         CK(kdev_matmul_forward(d, FP(o1, k), FP(inp, k), FP(wt, k), FP(bias, k), M, K, N));
@@ -487,6 +491,7 @@ static int mm_case(struct tctx *t, const char *tag, int M, int K, int N)
         struct dp b;
         size_t len;
     } chk[] = {{"out", o1, (size_t)M * N}, {"out_nb", o2, (size_t)M * N},
+               {"out_res", o3, (size_t)M * N},
                {"dinp", di, (size_t)M * K}, {"dw", dw, (size_t)N * K}, {"db", db, (size_t)N},
                {"dinp1", di1, (size_t)M * K}, {"dw1", dw1, (size_t)N * K}, {"db1", db1, (size_t)N},
                {"dinp_set", dis, (size_t)M * K}, {"dw_set", dws, (size_t)N * K}};
@@ -501,6 +506,7 @@ static int test_matmul(struct tctx *t)
 {
     int f = mm_case(t, "37x67x53", 37, 67, 53);
     f += mm_case(t, "M1", 1, 40, 24);
+    f += mm_case(t, "64x64x96", 64, 64, 96);   /* rows of 16-byte multiples: the epilogue's residual */
     return f + t->bad;
 }
 

@@ -240,6 +240,26 @@ static int row_linear_forward(stack *st, fp8_layer *f8, int kind, float *out,
     return 0;
 }
 
+/* out [Nl, M] = res + this rank's rows of the row-parallel linear: one GEMM with the
+ * residual in its epilogue where the linear is one rank's and not FP8 (bitwise the two
+ * steps on the cpu), else the linear into sc.tmp and an add. */
+static int residual_linear_forward(stack *st, fp8_layer *f8, int kind, float *out,
+                                   const float *res, const float *inp, const float *w,
+                                   const float *bias, int N, int Nl, int K, int M,
+                                   hearth_err *err)
+{
+    kdev *dev = st->c.dev;
+    if (!tp_on(st) && !fp8_linear_uses(f8, kind, N)) {
+        kdev_matmul_forward_residual(dev, out, res, inp, w, bias, N, K, M);
+        return 0;
+    }
+    float *tmp = st->sc.tmp;
+    int rc = row_linear_forward(st, f8, kind, tmp, inp, w, bias, N, Nl, K, M, err);
+    if (!rc)
+        kdev_add(dev, out, res, own_rows(st, tmp, Nl, M), (size_t)Nl * M);
+    return rc;
+}
+
 /* Its backward from dy [Nl, M] (this rank's rows of the output gradient): dinp [N, K]
  * written, dw, db accumulated.  Under sp the bias sees only the local rows (a partial gradient,
  * summed over tp by the caller of the stack). */
@@ -544,11 +564,8 @@ static int attn_forward(stack *st, block *b, const float *x, const stack_ctx *ct
                                c->Hq, c->Hkv, c->D, c->causal);
     if (rc)
         return rc;
-    if ((rc = row_linear_forward(st, p->fp8, FP8_PROJ, sc->tmp, b->att, p->proj_w, p->proj_b, N, Nl, c->QD,
-                                 c->H, err)))
-        return rc;
-    kdev_add(dev, b->x1, x, own_rows(st, sc->tmp, Nl, c->H), (size_t)Nl * c->H);
-    return 0;
+    return residual_linear_forward(st, p->fp8, FP8_PROJ, b->x1, x, b->att, p->proj_w,
+                                   p->proj_b, N, Nl, c->QD, c->H, err);
 }
 
 /* The mlp norm: b->h2 holds its output over all N rows (gathered under sp). */
@@ -593,11 +610,8 @@ static int dense_mlp_forward(stack *st, block *b, float *out, const stack_ctx *c
                                  c->H, c->Fu, err)))
         return rc;
     mlp_act_forward(c, b, N);
-    if ((rc = row_linear_forward(st, p->fp8, FP8_FC2, st->sc.tmp, b->a, p->fc2_w, p->fc2_b, N, Nl, c->F, c->H,
-                                 err)))
-        return rc;
-    mlp_residual(st, b, out, Nl);
-    return 0;
+    return residual_linear_forward(st, p->fp8, FP8_FC2, out, b->x1, b->a, p->fc2_w, p->fc2_b,
+                                   N, Nl, c->F, c->H, err);
 }
 
 /* Forward node k of layer l (internal.h: stack_forward_pair).  The MoE layer is not

@@ -514,8 +514,18 @@ int kdev_attention_forward(kdev *d, float *out, float *lse, const float *q, cons
                            int N, int Hq, int Hkv, int D, int causal)
 {
     MARK(d, "attention_forward");
-    return note(d, d->ops->attention_forward(d, out, lse, q, k, v, cu_seqlens, nseq,
+    return note(d, d->ops->attention_forward(d, out, lse, q, k, v, 0, 0, 0, cu_seqlens, nseq,
                                              max_seqlen, N, Hq, Hkv, D, causal));
+}
+
+int kdev_attention_forward_ld(kdev *d, float *out, float *lse, const float *q, const float *k,
+                              const float *v, int ldq, int ldk, int ldv, const int *cu_seqlens,
+                              int nseq, int max_seqlen, int N, int Hq, int Hkv, int D,
+                              int causal)
+{
+    MARK(d, "attention_forward");
+    return note(d, d->ops->attention_forward(d, out, lse, q, k, v, ldq, ldk, ldv, cu_seqlens,
+                                             nseq, max_seqlen, N, Hq, Hkv, D, causal));
 }
 
 int kdev_attention_backward(kdev *d, float *dq, float *dk, float *dv, const float *dout,
@@ -525,7 +535,7 @@ int kdev_attention_backward(kdev *d, float *dq, float *dk, float *dv, const floa
                             int causal)
 {
     MARK(d, "attention_backward");
-    return note(d, d->ops->attention_backward(d, dq, dk, dv, dout, q, k, v, out, lse,
+    return note(d, d->ops->attention_backward(d, dq, dk, dv, dout, q, k, v, out, lse, 0, 0, 0,
                                               cu_seqlens, nseq, max_seqlen, N, Hq, Hkv, D,
                                               causal, 0));
 }
@@ -537,8 +547,20 @@ int kdev_attention_backward_set(kdev *d, float *dq, float *dk, float *dv, const 
                                 int causal)
 {
     MARK(d, "attention_backward");
-    return note(d, d->ops->attention_backward(d, dq, dk, dv, dout, q, k, v, out, lse,
+    return note(d, d->ops->attention_backward(d, dq, dk, dv, dout, q, k, v, out, lse, 0, 0, 0,
                                               cu_seqlens, nseq, max_seqlen, N, Hq, Hkv, D,
+                                              causal, 1));
+}
+
+int kdev_attention_backward_ld_set(kdev *d, float *dq, float *dk, float *dv,
+                                   const float *dout, const float *q, const float *k,
+                                   const float *v, const float *out, const float *lse, int ldq,
+                                   int ldk, int ldv, const int *cu_seqlens, int nseq,
+                                   int max_seqlen, int N, int Hq, int Hkv, int D, int causal)
+{
+    MARK(d, "attention_backward");
+    return note(d, d->ops->attention_backward(d, dq, dk, dv, dout, q, k, v, out, lse, ldq, ldk,
+                                              ldv, cu_seqlens, nseq, max_seqlen, N, Hq, Hkv, D,
                                               causal, 1));
 }
 

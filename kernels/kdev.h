@@ -208,6 +208,21 @@ int kdev_attention_backward_set(kdev *d, float *dq, float *dk, float *dv, const 
                                 const float *out, const float *lse, const int *cu_seqlens,
                                 int nseq, int max_seqlen, int N, int Hq, int Hkv, int D,
                                 int causal);
+/* The same with the rows of q, k, v ldq, ldk, ldv elements apart, and dq, dk, dv like
+ * them (0: contiguous, Hq*D or Hkv*D): attention on the column blocks of the fused qkv
+ * linear's rows and its gradient written into the fused gradient's, with no split or merge
+ * copies.  out, dout and lse stay contiguous.  The cpu is bitwise its contiguous form; a
+ * GPU reads and writes such rows in place where they lie in activation memory, and goes
+ * through contiguous copies elsewhere. */
+int kdev_attention_forward_ld(kdev *d, float *out, float *lse, const float *q, const float *k,
+                              const float *v, int ldq, int ldk, int ldv, const int *cu_seqlens,
+                              int nseq, int max_seqlen, int N, int Hq, int Hkv, int D,
+                              int causal);
+int kdev_attention_backward_ld_set(kdev *d, float *dq, float *dk, float *dv,
+                                   const float *dout, const float *q, const float *k,
+                                   const float *v, const float *out, const float *lse, int ldq,
+                                   int ldk, int ldv, const int *cu_seqlens, int nseq,
+                                   int max_seqlen, int N, int Hq, int Hkv, int D, int causal);
 /* Block attention (context parallelism, sequence chunks); the index arrays are device
  * arrays; max_q, max_k >= the longest sequence's rows in q_cu and k_cu. */
 int kdev_attention_block_forward(kdev *d, float *out, float *lse, const float *q,

@@ -101,15 +101,18 @@ struct kdev_ops {
                         int D);
     int (*rope_backward)(kdev *d, float *dx, const float *cos, const float *sin, int N, int H,
                          int D);
+    /* ldq, ldk, ldv: the row strides of q, k, v (and dq, dk, dv) as kdev_attention_forward_ld
+     * has them, 0 = contiguous */
     int (*attention_forward)(kdev *d, float *out, float *lse, const float *q, const float *k,
-                             const float *v, const int *cu_seqlens, int nseq, int max_seqlen,
-                             int N, int Hq, int Hkv, int D, int causal);
+                             const float *v, int ldq, int ldk, int ldv, const int *cu_seqlens,
+                             int nseq, int max_seqlen, int N, int Hq, int Hkv, int D,
+                             int causal);
     /* set: dq, dk, dv written, not added to */
     int (*attention_backward)(kdev *d, float *dq, float *dk, float *dv, const float *dout,
                               const float *q, const float *k, const float *v,
-                              const float *out, const float *lse, const int *cu_seqlens,
-                              int nseq, int max_seqlen, int N, int Hq, int Hkv, int D,
-                              int causal, int set);
+                              const float *out, const float *lse, int ldq, int ldk, int ldv,
+                              const int *cu_seqlens, int nseq, int max_seqlen, int N, int Hq,
+                              int Hkv, int D, int causal, int set);
     int (*attention_block_forward)(kdev *d, float *out, float *lse, const float *q,
                                    const float *k, const float *v, const int *q_cu,
                                    const int *q_pos, const int *k_cu, const int *k_pos,

@@ -99,6 +99,18 @@ void kcpu_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                              const float *q, const float *k, const float *v, const float *out,
                              const float *lse, const int *cu_seqlens, int nseq, int Hq,
                              int Hkv, int D, int causal);
+/* The same with the rows of q, k, v ldq, ldk, ldv elements apart (dq, dk, dv as theirs; 0:
+ * contiguous, Hq*D or Hkv*D): e.g. the column blocks of the fused qkv linear's rows, read
+ * and written in place.  out, dout and lse stay contiguous. */
+void kcpu_attention_forward_ld(float *out, float *lse, const float *q, const float *k,
+                               const float *v, int ldq, int ldk, int ldv,
+                               const int *cu_seqlens, int nseq, int Hq, int Hkv, int D,
+                               int causal);
+void kcpu_attention_backward_ld(float *dq, float *dk, float *dv, const float *dout,
+                                const float *q, const float *k, const float *v,
+                                const float *out, const float *lse, int ldq, int ldk, int ldv,
+                                const int *cu_seqlens, int nseq, int Hq, int Hkv, int D,
+                                int causal);
 
 /* ---- attention over key blocks (context parallelism) -------------------------
  * The attention above with the queries and the keys given as separate token sets of the

@@ -25,12 +25,24 @@ typedef struct {
     const float *q, *k, *v;
     int Hq, Hkv, D, causal;
     float scale;
+    ptrdiff_t qs, ks, vs, os;   /* row strides of q (and dq), k (dk), v (dv), out (dout) */
 } attn_dims;
+
+static attn_dims dims(const float *q, const float *k, const float *v, int ldq, int ldk,
+                      int ldv, int Hq, int Hkv, int D, int causal)
+{
+    attn_dims a = {q, k, v, Hq, Hkv, D, causal, (float)(1.0 / sqrt((double)D)), 0, 0, 0, 0};
+    a.os = (ptrdiff_t)Hq * D;
+    a.qs = ldq > 0 ? ldq : a.os;
+    a.ks = ldk > 0 ? ldk : (ptrdiff_t)Hkv * D;
+    a.vs = ldv > 0 ? ldv : (ptrdiff_t)Hkv * D;
+    return a;
+}
 
 /* S[i][j] = scale * q_{q0+i} . k_{k0+j} (absolute token indices), for one head pair. */
 static void scores(float *S, const attn_dims *a, int h, int g, int q0, int nq, int k0, int nk)
 {
-    ptrdiff_t qs = (ptrdiff_t)a->Hq * a->D, ks = (ptrdiff_t)a->Hkv * a->D;
+    ptrdiff_t qs = a->qs, ks = a->ks;
     kgemm_serial(S, BK, a->q + q0 * qs + (ptrdiff_t)h * a->D, qs, 1,
                  a->k + k0 * ks + (ptrdiff_t)g * a->D, 1, ks, nq, nk, a->D, 0);
     for (int i = 0; i < nq; i++)
@@ -67,7 +79,7 @@ static void forward_item(float *out, float *lse, const attn_dims *a, int start, 
     float S[BQ * BK];
     double m[BQ], l[BQ];
     int g = h / (a->Hq / a->Hkv);
-    ptrdiff_t os = (ptrdiff_t)a->Hq * a->D, vs = (ptrdiff_t)a->Hkv * a->D;
+    ptrdiff_t os = a->os, vs = a->vs;
 
     for (int rq0 = 0; rq0 < L; rq0 += BQ) {
         int nq = L - rq0 < BQ ? L - rq0 : BQ;
@@ -117,7 +129,16 @@ void kcpu_attention_forward(float *out, float *lse, const float *q, const float 
                             const float *v, const int *cu_seqlens, int nseq, int Hq, int Hkv,
                             int D, int causal)
 {
-    attn_dims a = {q, k, v, Hq, Hkv, D, causal, (float)(1.0 / sqrt((double)D))};
+    kcpu_attention_forward_ld(out, lse, q, k, v, 0, 0, 0, cu_seqlens, nseq, Hq, Hkv, D,
+                              causal);
+}
+
+void kcpu_attention_forward_ld(float *out, float *lse, const float *q, const float *k,
+                               const float *v, int ldq, int ldk, int ldv,
+                               const int *cu_seqlens, int nseq, int Hq, int Hkv, int D,
+                               int causal)
+{
+    attn_dims a = dims(q, k, v, ldq, ldk, ldv, Hq, Hkv, D, causal);
     int items = nseq * Hq;
 #pragma omp parallel for schedule(dynamic, 1) if (items > 1)
     for (int it = 0; it < items; it++) {
@@ -138,28 +159,30 @@ static void backward_item(const attn_grads *gr, const attn_dims *a, int start, i
     float P[BQ * BK], dS[BQ * BK];
     double Di[BQ];
     int group = a->Hq / a->Hkv;
-    ptrdiff_t qs = (ptrdiff_t)a->Hq * a->D, ks = (ptrdiff_t)a->Hkv * a->D;
+    ptrdiff_t qs = a->qs, ks = a->ks, vs = a->vs, os = a->os;
 
     for (int h = g * group; h < (g + 1) * group; h++) {
         for (int rq0 = 0; rq0 < L; rq0 += BQ) {
             int nq = L - rq0 < BQ ? L - rq0 : BQ;
             int kend = a->causal ? rq0 + nq : L;
             ptrdiff_t qoff = (ptrdiff_t)(start + rq0) * qs + (ptrdiff_t)h * a->D;
-            const float *dO = gr->dout + qoff, *O = gr->out + qoff, *Q = a->q + qoff;
+            ptrdiff_t ooff = (ptrdiff_t)(start + rq0) * os + (ptrdiff_t)h * a->D;
+            const float *dO = gr->dout + ooff, *O = gr->out + ooff, *Q = a->q + qoff;
             const float *lse_blk = gr->lse + (ptrdiff_t)(start + rq0) * a->Hq + h;
             for (int i = 0; i < nq; i++) {
                 double d = 0;
                 for (int c = 0; c < a->D; c++)
-                    d += (double)dO[i * qs + c] * O[i * qs + c];
+                    d += (double)dO[i * os + c] * O[i * os + c];
                 Di[i] = d;
             }
             for (int rk0 = 0; rk0 < kend; rk0 += BK) {
                 int nk = kend - rk0 < BK ? kend - rk0 : BK;
                 ptrdiff_t koff = (ptrdiff_t)(start + rk0) * ks + (ptrdiff_t)g * a->D;
+                ptrdiff_t voff = (ptrdiff_t)(start + rk0) * vs + (ptrdiff_t)g * a->D;
                 scores(P, a, h, g, start + rq0, nq, start + rk0, nk);
                 probs(P, a, lse_blk, a->Hq, rq0, nq, rk0, nk);
                 /* dP = dO . V^T */
-                kgemm_serial(dS, BK, dO, qs, 1, a->v + koff, 1, ks, nq, nk, a->D, 0);
+                kgemm_serial(dS, BK, dO, os, 1, a->v + voff, 1, vs, nq, nk, a->D, 0);
                 for (int i = 0; i < nq; i++)
                     for (int j = 0; j < nk; j++)
                         dS[i * BK + j] =
@@ -169,7 +192,7 @@ static void backward_item(const attn_grads *gr, const attn_dims *a, int start, i
                 if (gr->dk)
                     kgemm_serial(gr->dk + koff, ks, dS, 1, BK, Q, qs, 1, nk, a->D, nq, 1);
                 if (gr->dv)
-                    kgemm_serial(gr->dv + koff, ks, P, 1, BK, dO, qs, 1, nk, a->D, nq, 1);
+                    kgemm_serial(gr->dv + voff, vs, P, 1, BK, dO, os, 1, nk, a->D, nq, 1);
             }
         }
     }
@@ -180,9 +203,19 @@ void kcpu_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                              const float *lse, const int *cu_seqlens, int nseq, int Hq,
                              int Hkv, int D, int causal)
 {
+    kcpu_attention_backward_ld(dq, dk, dv, dout, q, k, v, out, lse, 0, 0, 0, cu_seqlens, nseq,
+                               Hq, Hkv, D, causal);
+}
+
+void kcpu_attention_backward_ld(float *dq, float *dk, float *dv, const float *dout,
+                                const float *q, const float *k, const float *v,
+                                const float *out, const float *lse, int ldq, int ldk, int ldv,
+                                const int *cu_seqlens, int nseq, int Hq, int Hkv, int D,
+                                int causal)
+{
     if (!dq && !dk && !dv)
         return;
-    attn_dims a = {q, k, v, Hq, Hkv, D, causal, (float)(1.0 / sqrt((double)D))};
+    attn_dims a = dims(q, k, v, ldq, ldk, ldv, Hq, Hkv, D, causal);
     attn_grads gr = {dq, dk, dv, dout, out, lse};
     /* One item per (sequence, kv head): dk/dv rows of a kv head collect the
      * contributions of all query heads of its group, in head order, in one thread. */

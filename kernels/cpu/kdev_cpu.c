@@ -314,36 +314,46 @@ static int cpu_rope_backward(kdev *d, float *dx, const float *cos, const float *
 }
 
 static int cpu_attention_forward(kdev *d, float *out, float *lse, const float *q,
-                                 const float *k, const float *v, const int *cu_seqlens,
-                                 int nseq, int max_seqlen, int N, int Hq, int Hkv, int D,
-                                 int causal)
+                                 const float *k, const float *v, int ldq, int ldk, int ldv,
+                                 const int *cu_seqlens, int nseq, int max_seqlen, int N, int Hq,
+                                 int Hkv, int D, int causal)
 {
     (void)d;
     (void)max_seqlen;
     (void)N;
-    kcpu_attention_forward(out, lse, q, k, v, cu_seqlens, nseq, Hq, Hkv, D, causal);
+    kcpu_attention_forward_ld(out, lse, q, k, v, ldq, ldk, ldv, cu_seqlens, nseq, Hq, Hkv, D,
+                              causal);
     return 0;
+}
+
+/* rows x cols of x (rows ld apart, 0: cols) set to zero. */
+static void zero_rows(float *x, int rows, int cols, int ld)
+{
+    if (!x || rows <= 0)
+        return;
+    if (ld <= 0 || ld == cols) {
+        memset(x, 0, (size_t)rows * cols * sizeof(float));
+        return;
+    }
+    for (int r = 0; r < rows; r++)
+        memset(x + (size_t)r * ld, 0, (size_t)cols * sizeof(float));
 }
 
 static int cpu_attention_backward(kdev *d, float *dq, float *dk, float *dv, const float *dout,
                                   const float *q, const float *k, const float *v,
-                                  const float *out, const float *lse, const int *cu_seqlens,
-                                  int nseq, int max_seqlen, int N, int Hq, int Hkv, int D,
-                                  int causal, int set)
+                                  const float *out, const float *lse, int ldq, int ldk, int ldv,
+                                  const int *cu_seqlens, int nseq, int max_seqlen, int N,
+                                  int Hq, int Hkv, int D, int causal, int set)
 {
     (void)d;
     (void)max_seqlen;
     if (set) {   /* the reference adds: to zeros, the same bits as a zeroing pass first */
-        size_t nq = (size_t)N * Hq * D, nk = (size_t)N * Hkv * D;
-        if (dq)
-            memset(dq, 0, nq * sizeof(float));
-        if (dk)
-            memset(dk, 0, nk * sizeof(float));
-        if (dv)
-            memset(dv, 0, nk * sizeof(float));
+        zero_rows(dq, N, Hq * D, ldq);
+        zero_rows(dk, N, Hkv * D, ldk);
+        zero_rows(dv, N, Hkv * D, ldv);
     }
-    kcpu_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, Hq, Hkv,
-                            D, causal);
+    kcpu_attention_backward_ld(dq, dk, dv, dout, q, k, v, out, lse, ldq, ldk, ldv, cu_seqlens,
+                               nseq, Hq, Hkv, D, causal);
     return 0;
 }
 

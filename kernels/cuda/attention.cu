@@ -332,7 +332,7 @@ constexpr int fwd_min_blocks(int D, int NW) { return NW == 8 ? 2 : D == 64 ? 4 :
 template <int D, int NW>
 __global__ void __launch_bounds__(32 * NW, fwd_min_blocks(D, NW))
     attn_fwd_kernel(bf *out, float *lse, const bf *q, const bf *k, const bf *v, const int *cu,
-                    int Hq, int Hkv, int causal, float sl2)
+                    int Hq, int Hkv, int causal, float sl2, int ldq, int ldk, int ldv)
 {
     constexpr int NTH = 32 * NW, BQ = 16 * NW, LD = D + PAD, KC = D / 16, NT = BK / 8,
                   DT = D / 8;
@@ -347,18 +347,18 @@ __global__ void __launch_bounds__(32 * NW, fwd_min_blocks(D, NW))
     if (q0 >= L)
         return;
     const int kvh = h / (Hq / Hkv);
-    const size_t qs = (size_t)Hq * D, ks = (size_t)Hkv * D;
+    const size_t qs = ldq, ks = ldk, vs = ldv, os = (size_t)Hq * D;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = lane & 3;
     const int row0 = q0 + warp * 16 + (lane >> 2); /* rows of c0,c1; row0 + 8: c2,c3 */
     const int kend = causal ? min(L, q0 + BQ) : L, ntiles = (kend + BK - 1) / BK;
     const bf *kg = k + (size_t)start * ks + (size_t)kvh * D;
-    const bf *vg = v + (size_t)start * ks + (size_t)kvh * D;
+    const bf *vg = v + (size_t)start * vs + (size_t)kvh * D;
 
     load_tile_async<D, NTH>(Qs, LD, q + (size_t)(start + q0) * qs + (size_t)h * D, qs, BQ,
                             min(BQ, L - q0));
     cp_async_commit();
     load_tile_async<D, NTH>(Kb, LD, kg, ks, BK, min(BK, L));
-    load_tile_async<D, NTH>(Kb + BK * LD, LD, vg, ks, BK, min(BK, L));
+    load_tile_async<D, NTH>(Kb + BK * LD, LD, vg, vs, BK, min(BK, L));
     cp_async_commit();
     cp_async_wait<1>(); /* Q is in; the first K, V tile may still be on its way */
     __syncthreads();
@@ -378,7 +378,7 @@ __global__ void __launch_bounds__(32 * NW, fwd_min_blocks(D, NW))
             const int k1 = k0 + BK;
             bf *nk = Kb + ((it + 1) & 1) * 2 * BK * LD;
             load_tile_async<D, NTH>(nk, LD, kg + (size_t)k1 * ks, ks, BK, min(BK, L - k1));
-            load_tile_async<D, NTH>(nk + BK * LD, LD, vg + (size_t)k1 * ks, ks, BK,
+            load_tile_async<D, NTH>(nk + BK * LD, LD, vg + (size_t)k1 * vs, vs, BK,
                                     min(BK, L - k1));
             cp_async_commit();
             cp_async_wait<1>();
@@ -455,7 +455,7 @@ __global__ void __launch_bounds__(32 * NW, fwd_min_blocks(D, NW))
         o[i][2] *= inv[1];
         o[i][3] *= inv[1];
     }
-    store_rows<DT>(out + (size_t)h * D, qs, start, row0, L, o, 1.0f, 0, lane);
+    store_rows<DT>(out + (size_t)h * D, os, start, row0, L, o, 1.0f, 0, lane);
     if (lse && t == 0)
 #pragma unroll
         for (int i = 0; i < 2; i++) {
@@ -507,7 +507,8 @@ __global__ void __launch_bounds__(128, dq_min_blocks(D)) attn_dq_kernel(bf *dq, 
                                                       const bf *k, const bf *v,
                                                       const float *lse, const float *delta,
                                                       const int *cu, int Hq, int Hkv,
-                                                      int causal, float sl2, float scale)
+                                                      int causal, float sl2, float scale,
+                                                      int ldq, int ldk, int ldv)
 {
     constexpr int NTH = 128, LD = D + PAD, KC = D / 16, NT = BK / 8, DT = D / 8;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -519,18 +520,19 @@ __global__ void __launch_bounds__(128, dq_min_blocks(D)) attn_dq_kernel(bf *dq, 
     if (q0 >= L)
         return;
     const int kvh = h / (Hq / Hkv);
-    const size_t qs = (size_t)Hq * D, ks = (size_t)Hkv * D;
+    const size_t qs = ldq, ks = ldk, vs = ldv, os = (size_t)Hq * D;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = lane & 3;
     const int row0 = q0 + warp * 16 + (lane >> 2);
     const int kend = causal ? min(L, q0 + BQD) : L, ntiles = (kend + BK - 1) / BK;
     const bf *kg = k + (size_t)start * ks + (size_t)kvh * D;
-    const bf *vg = v + (size_t)start * ks + (size_t)kvh * D;
+    const bf *vg = v + (size_t)start * vs + (size_t)kvh * D;
 
-    const size_t qoff = (size_t)(start + q0) * qs + (size_t)h * D;
-    load_tile_async<D, NTH>(Qs, LD, q + qoff, qs, BQD, min(BQD, L - q0));
-    load_tile_async<D, NTH>(dOs, LD, dout + qoff, qs, BQD, min(BQD, L - q0));
+    load_tile_async<D, NTH>(Qs, LD, q + (size_t)(start + q0) * qs + (size_t)h * D, qs, BQD,
+                            min(BQD, L - q0));
+    load_tile_async<D, NTH>(dOs, LD, dout + (size_t)(start + q0) * os + (size_t)h * D, os,
+                            BQD, min(BQD, L - q0));
     load_tile_async<D, NTH>(Kb, LD, kg, ks, BK, min(BK, L));
-    load_tile_async<D, NTH>(Vb, LD, vg, ks, BK, min(BK, L));
+    load_tile_async<D, NTH>(Vb, LD, vg, vs, BK, min(BK, L));
     cp_async_commit();
     float lse2[2], dl[2];
 #pragma unroll
@@ -551,7 +553,7 @@ __global__ void __launch_bounds__(128, dq_min_blocks(D)) attn_dq_kernel(bf *dq, 
         if (it + 1 < ntiles) {
             const int k1 = k0 + BK, nb = ((it + 1) & 1) * BK * LD;
             load_tile_async<D, NTH>(Kb + nb, LD, kg + (size_t)k1 * ks, ks, BK, min(BK, L - k1));
-            load_tile_async<D, NTH>(Vb + nb, LD, vg + (size_t)k1 * ks, ks, BK, min(BK, L - k1));
+            load_tile_async<D, NTH>(Vb + nb, LD, vg + (size_t)k1 * vs, vs, BK, min(BK, L - k1));
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -609,7 +611,7 @@ __global__ void __launch_bounds__(128 * HALVES, dkdv_min_blocks(D, HALVES))
     attn_dkdv_kernel(bf *dk, bf *dv, float *part, size_t part_stride, int hsplit,
                      const bf *dout, const bf *q, const bf *k, const bf *v, const float *lse,
                      const float *delta, const int *cu, int Hq, int Hkv, int causal, float sl2,
-                     float scale)
+                     float scale, int ldq, int ldk, int ldv)
 {
     constexpr int NTH = 128 * HALVES, BQB = 32 * HALVES, LD = D + PAD, KC = D / 16,
                   NT = 32 / 8, DT = D / 8;
@@ -626,7 +628,7 @@ __global__ void __launch_bounds__(128 * HALVES, dkdv_min_blocks(D, HALVES))
     if (k0 >= L)
         return;
     const int group = Hq / Hkv, hn = group / hsplit, h0 = kvh * group + sp * hn;
-    const size_t qs = (size_t)Hq * D, ks = (size_t)Hkv * D;
+    const size_t qs = ldq, ks = ldk, vs = ldv, os = (size_t)Hq * D, ps = (size_t)Hkv * D;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = lane & 3;
     const int half = warp >> 2, kw = warp & 3;
     const int key0 = k0 + kw * 16 + (lane >> 2); /* keys of c0,c1; key0 + 8: c2,c3 */
@@ -634,15 +636,18 @@ __global__ void __launch_bounds__(128 * HALVES, dkdv_min_blocks(D, HALVES))
      * k0 see none of these keys */
     const int qbeg = causal ? k0 : 0, nqt = (L - qbeg + BQB - 1) / BQB, nsteps = hn * nqt;
 
-    const size_t koff = (size_t)(start + k0) * ks + (size_t)kvh * D;
-    load_tile_async<D, NTH>(Ks, LD, k + koff, ks, BK, min(BK, L - k0));
-    load_tile_async<D, NTH>(Vs, LD, v + koff, ks, BK, min(BK, L - k0));
+    load_tile_async<D, NTH>(Ks, LD, k + (size_t)(start + k0) * ks + (size_t)kvh * D, ks, BK,
+                            min(BK, L - k0));
+    load_tile_async<D, NTH>(Vs, LD, v + (size_t)(start + k0) * vs + (size_t)kvh * D, vs, BK,
+                            min(BK, L - k0));
     cp_async_commit();
     auto load_step = [&](int step, int buf) {
         const int h = h0 + step / nqt, q0 = qbeg + (step % nqt) * BQB;
-        const size_t qoff = (size_t)(start + q0) * qs + (size_t)h * D;
-        load_tile_async<D, NTH>(Qb + buf * BQB * LD, LD, q + qoff, qs, BQB, min(BQB, L - q0));
-        load_tile_async<D, NTH>(dOb + buf * BQB * LD, LD, dout + qoff, qs, BQB,
+        load_tile_async<D, NTH>(Qb + buf * BQB * LD, LD,
+                                q + (size_t)(start + q0) * qs + (size_t)h * D, qs, BQB,
+                                min(BQB, L - q0));
+        load_tile_async<D, NTH>(dOb + buf * BQB * LD, LD,
+                                dout + (size_t)(start + q0) * os + (size_t)h * D, os, BQB,
                                 min(BQB, L - q0));
         if (threadIdx.x < 2 * BQB) {
             const int i = threadIdx.x % BQB, row = q0 + i;
@@ -728,22 +733,24 @@ __global__ void __launch_bounds__(128 * HALVES, dkdv_min_blocks(D, HALVES))
     }
     if (part) {
         float *pk = part + (size_t)(2 * sp) * part_stride + (size_t)kvh * D;
-        store_rows_f32<DT>(pk, ks, start, key0, L, dka, scale, lane);
-        store_rows_f32<DT>(pk + part_stride, ks, start, key0, L, dva, 1.0f, lane);
+        store_rows_f32<DT>(pk, ps, start, key0, L, dka, scale, lane);
+        store_rows_f32<DT>(pk + part_stride, ps, start, key0, L, dva, 1.0f, lane);
         return;
     }
     if (dk)
         store_rows<DT>(dk + (size_t)kvh * D, ks, start, key0, L, dka, scale, 1, lane);
     if (dv)
-        store_rows<DT>(dv + (size_t)kvh * D, ks, start, key0, L, dva, 1.0f, 1, lane);
+        store_rows<DT>(dv + (size_t)kvh * D, vs, start, key0, L, dva, 1.0f, 1, lane);
 }
 
-/* dk, dv [tokens, Hkv, D] += the sum over splits of part (see attn_dkdv_kernel), in split
- * order; grid (nseq, ceil(max_seqlen / 4)), 256 threads, 4 tokens per block. */
+/* dk, dv [tokens, Hkv, D] (rows ldk, ldv apart) += the sum over splits of part (see
+ * attn_dkdv_kernel), in split order; grid (nseq, ceil(max_seqlen / 4)), 256 threads, 4
+ * tokens per block. */
 __global__ void __launch_bounds__(256) attn_dkdv_reduce_kernel(bf *dk, bf *dv,
                                                                const float *part,
                                                                size_t part_stride, int hsplit,
-                                                               const int *cu, int HD)
+                                                               const int *cu, int HD, int ldk,
+                                                               int ldv)
 {
     int start, L;
     seq_range(cu, &start, &L);
@@ -758,10 +765,11 @@ __global__ void __launch_bounds__(256) attn_dkdv_reduce_kernel(bf *dk, bf *dv,
                 sk += part[(size_t)(2 * s) * part_stride + base + e];
                 sv += part[(size_t)(2 * s + 1) * part_stride + base + e];
             }
+            size_t ko = (size_t)(start + row) * ldk + e, vo = (size_t)(start + row) * ldv + e;
             if (dk)
-                dk[base + e] = __float2bfloat16_rn(__bfloat162float(dk[base + e]) + sk);
+                dk[ko] = __float2bfloat16_rn(__bfloat162float(dk[ko]) + sk);
             if (dv)
-                dv[base + e] = __float2bfloat16_rn(__bfloat162float(dv[base + e]) + sv);
+                dv[vo] = __float2bfloat16_rn(__bfloat162float(dv[vo]) + sv);
         }
     }
 }
@@ -772,6 +780,7 @@ struct attn_shape {
     const int *cu;
     int nseq, max_seqlen, Hq, Hkv, D, causal;
     float scale, sl2;
+    int ldq, ldk, ldv;   /* row strides of q (dq), k (dk), v (dv); out and dout: Hq * D */
 };
 
 static int misaligned(const void *p, uintptr_t a) { return p && ((uintptr_t)p & (a - 1)); }
@@ -802,7 +811,27 @@ static attn_shape make_shape(const int *cu, int nseq, int max_seqlen, int Hq, in
     a.causal = causal != 0;
     a.scale = (float)(1.0 / sqrt((double)D));
     a.sl2 = a.scale * LOG2E;
+    a.ldq = Hq * D;
+    a.ldk = a.ldv = Hkv * D;
     return a;
+}
+
+/* Row strides given (0: contiguous), each at least its rows' width and a multiple of 8
+ * elements (the tiles' 16-byte loads). */
+static int set_strides(kcuda_ctx *ctx, const char *fn, attn_shape *a, int ldq, int ldk,
+                       int ldv)
+{
+    if (ldq)
+        a->ldq = ldq;
+    if (ldk)
+        a->ldk = ldk;
+    if (ldv)
+        a->ldv = ldv;
+    if (a->ldq < a->Hq * a->D || a->ldk < a->Hkv * a->D || a->ldv < a->Hkv * a->D ||
+        a->ldq % 8 || a->ldk % 8 || a->ldv % 8)
+        return kcuda_fail(ctx, KCUDA_EARG, "%s: row strides %d, %d, %d: each must cover its "
+                          "heads and be a multiple of 8", fn, a->ldq, a->ldk, a->ldv);
+    return KCUDA_OK;
 }
 
 /* Sets the dynamic shared-memory limit (above the default 48 KiB) and the carveout, and
@@ -836,12 +865,13 @@ static int fwd(kcuda_ctx *ctx, const attn_shape *a, bf *out, float *lse, const b
             dim3 grid(a->nseq, a->Hq, (a->max_seqlen + 127) / 128);
             return launch(ctx, "attn_fwd_kernel", attn_fwd_kernel<D, 8>, grid, 256,
                           fwd_smem<D>(), out, lse, q, k, v, a->cu, a->Hq, a->Hkv, a->causal,
-                          a->sl2);
+                          a->sl2, a->ldq, a->ldk, a->ldv);
         }
     }
     dim3 grid(a->nseq, a->Hq, (a->max_seqlen + 63) / 64);
     return launch(ctx, "attn_fwd_kernel", attn_fwd_kernel<D, 4>, grid, 128, fwd_smem<D>(),
-                  out, lse, q, k, v, a->cu, a->Hq, a->Hkv, a->causal, a->sl2);
+                  out, lse, q, k, v, a->cu, a->Hq, a->Hkv, a->causal, a->sl2, a->ldq, a->ldk,
+                  a->ldv);
 }
 
 /* The backward's scratch in the context's workspace: delta [tokens, Hq] fp32, then (when
@@ -897,7 +927,7 @@ static int bwd(kcuda_ctx *ctx, const attn_shape *a, bf *dq, bf *dk, bf *dv, cons
         dim3 grid(a->nseq, a->Hq, (a->max_seqlen + BQD - 1) / BQD);
         if ((rc = launch(ctx, "attn_dq_kernel", attn_dq_kernel<D>, grid, 128, dq_smem<D>(), dq,
                          dout, q, k, v, lse, delta, a->cu, a->Hq, a->Hkv, a->causal, a->sl2,
-                         a->scale)) < 0)
+                         a->scale, a->ldq, a->ldk, a->ldv)) < 0)
             return rc;
     }
     if (dk || dv) {
@@ -909,17 +939,19 @@ static int bwd(kcuda_ctx *ctx, const attn_shape *a, bf *dq, bf *dk, bf *dv, cons
         if (a->causal)
             rc = launch(ctx, "attn_dkdv_kernel", attn_dkdv_kernel<D, 2>, grid, 256,
                         dkdv_smem<D, 2>(), dk, dv, part, sc->part_stride, hs, dout, q, k, v,
-                        lse, delta, a->cu, a->Hq, a->Hkv, a->causal, a->sl2, a->scale);
+                        lse, delta, a->cu, a->Hq, a->Hkv, a->causal, a->sl2, a->scale, a->ldq,
+                        a->ldk, a->ldv);
         else
             rc = launch(ctx, "attn_dkdv_kernel", attn_dkdv_kernel<D, 1>, grid, 128,
                         dkdv_smem<D, 1>(), dk, dv, part, sc->part_stride, hs, dout, q, k, v,
-                        lse, delta, a->cu, a->Hq, a->Hkv, a->causal, a->sl2, a->scale);
+                        lse, delta, a->cu, a->Hq, a->Hkv, a->causal, a->sl2, a->scale, a->ldq,
+                        a->ldk, a->ldv);
         if (rc < 0)
             return rc;
         if (hs > 1) {
             dim3 rgrid(a->nseq, (a->max_seqlen + 3) / 4);
             attn_dkdv_reduce_kernel<<<rgrid, 256, 0, ctx->stream>>>(
-                dk, dv, part, sc->part_stride, hs, a->cu, a->Hkv * D);
+                dk, dv, part, sc->part_stride, hs, a->cu, a->Hkv * D, a->ldk, a->ldv);
             return kcuda_check_launch(ctx, "attn_dkdv_reduce_kernel");
         }
     }
@@ -932,10 +964,20 @@ extern "C" int kcuda_attention_forward_bf16(kcuda_ctx *ctx, kcuda_bf16 *out, flo
                                             int nseq, int max_seqlen, int Hq, int Hkv, int D,
                                             int causal)
 {
+    return kcuda_attention_forward_bf16_ld(ctx, out, lse, q, k, v, 0, 0, 0, cu_seqlens, nseq,
+                                           max_seqlen, Hq, Hkv, D, causal);
+}
+
+extern "C" int kcuda_attention_forward_bf16_ld(kcuda_ctx *ctx, kcuda_bf16 *out, float *lse,
+                                               const kcuda_bf16 *q, const kcuda_bf16 *k,
+                                               const kcuda_bf16 *v, int ldq, int ldk, int ldv,
+                                               const int *cu_seqlens, int nseq, int max_seqlen,
+                                               int Hq, int Hkv, int D, int causal)
+{
     const char *fn = "kcuda_attention_forward_bf16";
     attn_shape a = make_shape(cu_seqlens, nseq, max_seqlen, Hq, Hkv, D, causal);
     int rc = check_shape(ctx, fn, &a);
-    if (rc < 0)
+    if (rc < 0 || (rc = set_strides(ctx, fn, &a, ldq, ldk, ldv)) < 0)
         return rc;
     if (!out || !q || !k || !v)
         return kcuda_fail(ctx, KCUDA_EARG, "%s: NULL tensor", fn);
@@ -960,10 +1002,23 @@ extern "C" int kcuda_attention_backward_bf16(kcuda_ctx *ctx, kcuda_bf16 *dq, kcu
                                              const float *lse, const int *cu_seqlens, int nseq,
                                              int max_seqlen, int Hq, int Hkv, int D, int causal)
 {
+    return kcuda_attention_backward_bf16_ld(ctx, dq, dk, dv, dout, q, k, v, out, lse, 0, 0, 0,
+                                            cu_seqlens, nseq, max_seqlen, Hq, Hkv, D, causal);
+}
+
+extern "C" int kcuda_attention_backward_bf16_ld(kcuda_ctx *ctx, kcuda_bf16 *dq, kcuda_bf16 *dk,
+                                                kcuda_bf16 *dv, const kcuda_bf16 *dout,
+                                                const kcuda_bf16 *q, const kcuda_bf16 *k,
+                                                const kcuda_bf16 *v, const kcuda_bf16 *out,
+                                                const float *lse, int ldq, int ldk, int ldv,
+                                                const int *cu_seqlens, int nseq,
+                                                int max_seqlen, int Hq, int Hkv, int D,
+                                                int causal)
+{
     const char *fn = "kcuda_attention_backward_bf16";
     attn_shape a = make_shape(cu_seqlens, nseq, max_seqlen, Hq, Hkv, D, causal);
     int rc = check_shape(ctx, fn, &a);
-    if (rc < 0)
+    if (rc < 0 || (rc = set_strides(ctx, fn, &a, ldq, ldk, ldv)) < 0)
         return rc;
     if (!dq && !dk && !dv)
         return KCUDA_OK;

@@ -222,47 +222,70 @@ static int lt_matmul(kcuda_ctx *ctx, const struct gemm_args *g)
 }
 
 /* dbias[n] += sum over rows of dout[:, n], deterministic without atomics: fixed chunks of
- * rows write fp32 partial column sums into the context workspace (pass 1, chunks x columns
- * threads, coalesced across each warp), then one thread per column adds the chunks in
- * order (pass 2).  One thread per column over all rows (what a workspace too small for
- * the partials falls back to) leaves most of the GPU idle when M is large. */
-#define BGRAD_CHUNK_ROWS 256
-#define BGRAD_MAX_CHUNKS 128
+ * rows write fp32 partial column sums into the context workspace (pass 1: a thread owns
+ * W = 4 adjacent columns of one chunk, 16-byte loads where the rows allow), then the
+ * chunks are added in a fixed order (pass 2: 8 row groups of 32 columns a block, each
+ * group a fixed stride of chunks, the groups combined in order).  Short chunks and many
+ * of them keep enough loads in flight to run at memory speed: the conversion of the
+ * residual gradient for the projections' GEMMs (16384 x 768 fp32) is one such pass.  One
+ * thread per column over all rows (what a workspace too small for the partials falls
+ * back to) leaves most of the GPU idle when M is large. */
+#define BGRAD_CHUNK_ROWS 64
+#define BGRAD_MAX_CHUNKS 256
+#define BGRAD_GROUPS 8
 
 /* cvt (optional): the same pass also writes dout in bf16 with rows `pitch` elements apart,
- * the pad columns [N, pitch) zero (the GEMMs' operand): one read of dout for both. */
-template <typename T>
+ * the pad columns [N, pitch) zero (the GEMMs' operand): one read of dout for both.  W > 1
+ * needs N, pitch % W == 0 and 16-byte (fp32) / 8-byte (bf16) aligned rows. */
+template <typename T, int W>
 __global__ void bias_grad_partial_kernel(float *part, const T *dout, int M, int N, int rows,
                                          __nv_bfloat16 *cvt, int pitch)
 {
-    int c = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y;
+    int c = (blockIdx.x * blockDim.x + threadIdx.x) * W, k = blockIdx.y;
     int r0 = k * rows, r1 = r0 + rows < M ? r0 + rows : M;
     if (c >= N) {
         if (cvt && c < pitch)
             for (int r = r0; r < r1; r++)
-                cvt[(size_t)r * pitch + c] = __float2bfloat16_rn(0.0f);
+                for (int j = 0; j < W && c + j < pitch; j++)
+                    cvt[(size_t)r * pitch + c + j] = __float2bfloat16_rn(0.0f);
         return;
     }
-    float s = 0.0f;
-#pragma unroll 4
+    float s[W];
+#pragma unroll
+    for (int j = 0; j < W; j++)
+        s[j] = 0.0f;
+#pragma unroll 8
     for (int r = r0; r < r1; r++) {
-        float v = kcuda_ld(dout + (size_t)r * N + c);
-        s += v;
+        float v[W];
+        kcuda_ldw<W>(v, dout + (size_t)r * N + c);
+#pragma unroll
+        for (int j = 0; j < W; j++)
+            s[j] += v[j];
         if (cvt)
-            cvt[(size_t)r * pitch + c] = __float2bfloat16_rn(v);
+            kcuda_stw<W>(cvt + (size_t)r * pitch + c, v);
     }
-    part[(size_t)k * N + c] = s;
+#pragma unroll
+    for (int j = 0; j < W; j++)
+        part[(size_t)k * N + c + j] = s[j];
 }
 
+/* grid ceil(N / 32), block (32, BGRAD_GROUPS): group y adds chunks y, y + GROUPS, ... */
 template <typename T>
 __global__ void bias_grad_sum_kernel(T *dbias, const float *part, int chunks, int N)
 {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= N)
-        return;
+    __shared__ float g[BGRAD_GROUPS][32];
+    int c = blockIdx.x * 32 + threadIdx.x;
     float s = 0.0f;
-    for (int k = 0; k < chunks; k++)
-        s += part[(size_t)k * N + c];
+    if (c < N)
+        for (int k = threadIdx.y; k < chunks; k += BGRAD_GROUPS)
+            s += part[(size_t)k * N + c];
+    g[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y || c >= N)
+        return;
+    s = 0.0f;
+    for (int y = 0; y < BGRAD_GROUPS; y++)
+        s += g[y][threadIdx.x];
     kcuda_st(dbias + c, kcuda_ld(dbias + c) + s);
 }
 
@@ -276,6 +299,34 @@ __global__ void bias_grad_kernel(T *dbias, const T *dout, int M, int N)
     for (int r = 0; r < M; r++)
         s += kcuda_ld(dout + (size_t)r * N + c);
     kcuda_st(dbias + c, kcuda_ld(dbias + c) + s);
+}
+
+/* Pass 1 over M rows in `chunks` chunks of `rows`: 4 columns a thread where the rows'
+ * width and alignment allow. */
+template <typename T>
+static int bias_partials(kcuda_ctx *ctx, float *part, const T *dout, int M, int N, int rows,
+                         int chunks, __nv_bfloat16 *cvt, int pitch)
+{
+    int w = cvt ? pitch : N;   /* the columns a pass covers */
+    bool vec = N % 4 == 0 && w % 4 == 0 && ((uintptr_t)dout % (4 * sizeof(T))) == 0 &&
+               ((uintptr_t)cvt % 8) == 0;
+    int W = vec ? 4 : 1, threads = 256;
+    dim3 grid((unsigned)((w / W + threads - 1) / threads), (unsigned)chunks);
+    if (vec)
+        bias_grad_partial_kernel<T, 4><<<grid, threads, 0, ctx->stream>>>(part, dout, M, N,
+                                                                          rows, cvt, pitch);
+    else
+        bias_grad_partial_kernel<T, 1><<<grid, threads, 0, ctx->stream>>>(part, dout, M, N,
+                                                                          rows, cvt, pitch);
+    return kcuda_check_launch(ctx, "bias_grad_partial_kernel");
+}
+
+template <typename T>
+static int bias_sum(kcuda_ctx *ctx, T *dbias, const float *part, int chunks, int N)
+{
+    bias_grad_sum_kernel<T><<<(unsigned)((N + 31) / 32), dim3(32, BGRAD_GROUPS), 0,
+                              ctx->stream>>>(dbias, part, chunks, N);
+    return kcuda_check_launch(ctx, "bias_grad_sum_kernel");
 }
 
 /* The row chunking of the two-pass bias gradient: chunks and rows per chunk for M rows. */
@@ -299,13 +350,8 @@ static int bias_grad(kcuda_ctx *ctx, T *dbias, const T *dout, int M, int N)
         return kcuda_check_launch(ctx, "bias_grad_kernel");
     }
     float *part = (float *)ctx->workspace;
-    bias_grad_partial_kernel<T><<<dim3(cols, (unsigned)chunks), 256, 0, ctx->stream>>>(
-        part, dout, M, N, rows, NULL, 0);
-    int rc = kcuda_check_launch(ctx, "bias_grad_partial_kernel");
-    if (rc < 0)
-        return rc;
-    bias_grad_sum_kernel<T><<<cols, 256, 0, ctx->stream>>>(dbias, part, chunks, N);
-    return kcuda_check_launch(ctx, "bias_grad_sum_kernel");
+    int rc = bias_partials<T>(ctx, part, dout, M, N, rows, chunks, NULL, 0);
+    return rc < 0 ? rc : bias_sum<T>(ctx, dbias, part, chunks, N);
 }
 
 static int check_shape(kcuda_ctx *ctx, const char *fn, int M, int K, int N)
@@ -455,10 +501,8 @@ extern "C" int kcuda_bias_partials_to_bf16(kcuda_ctx *ctx, float *part, const fl
         return kcuda_fail(ctx, KCUDA_EARG, "kcuda_bias_partials_to_bf16: pitch %d < N %d",
                           pitch, N);
     int rows, chunks = bias_chunks(M, &rows);
-    bias_grad_partial_kernel<float><<<dim3((unsigned)((pitch + 255) / 256), (unsigned)chunks),
-                                      256, 0, ctx->stream>>>(part, dout, M, N, rows,
-                                                             (__nv_bfloat16 *)cvt, pitch);
-    return kcuda_check_launch(ctx, "bias_grad_partial_kernel");
+    return bias_partials<float>(ctx, part, dout, M, N, rows, chunks, (__nv_bfloat16 *)cvt,
+                                pitch);
 }
 
 extern "C" int kcuda_bias_partials_bf16(kcuda_ctx *ctx, float *part, const kcuda_bf16 *dout,
@@ -468,11 +512,8 @@ extern "C" int kcuda_bias_partials_bf16(kcuda_ctx *ctx, float *part, const kcuda
     if (rc < 0)
         return rc;
     int rows, chunks = bias_chunks(M, &rows);
-    bias_grad_partial_kernel<__nv_bfloat16><<<dim3((unsigned)((N + 255) / 256),
-                                                   (unsigned)chunks),
-                                              256, 0, ctx->stream>>>(
-        part, (const __nv_bfloat16 *)dout, M, N, rows, NULL, 0);
-    return kcuda_check_launch(ctx, "bias_grad_partial_kernel");
+    return bias_partials<__nv_bfloat16>(ctx, part, (const __nv_bfloat16 *)dout, M, N, rows,
+                                        chunks, NULL, 0);
 }
 
 extern "C" int kcuda_bias_partials_add(kcuda_ctx *ctx, float *dbias, const float *part, int M,
@@ -482,9 +523,7 @@ extern "C" int kcuda_bias_partials_add(kcuda_ctx *ctx, float *dbias, const float
     if (rc < 0)
         return rc;
     int rows, chunks = bias_chunks(M, &rows);
-    bias_grad_sum_kernel<float><<<(unsigned)((N + 255) / 256), 256, 0, ctx->stream>>>(
-        dbias, part, chunks, N);
-    return kcuda_check_launch(ctx, "bias_grad_sum_kernel");
+    return bias_sum<float>(ctx, dbias, part, chunks, N);
 }
 
 /* ---- matmul backward with fp32 weight gradients ---------------------------------- */

@@ -420,6 +420,21 @@ int kcuda_attention_backward_bf16(kcuda_ctx *ctx, kcuda_bf16 *dq, kcuda_bf16 *dk
                                   const kcuda_bf16 *out, const float *lse,
                                   const int *cu_seqlens, int nseq, int max_seqlen, int Hq,
                                   int Hkv, int D, int causal);
+/* The same with the rows of q, k, v (and dq, dk, dv) ldq, ldk, ldv elements apart (0:
+ * contiguous; else at least the rows' width and a multiple of 8): the column blocks of a
+ * fused qkv tensor read, and its gradient's written, in place.  out, dout: contiguous. */
+int kcuda_attention_forward_bf16_ld(kcuda_ctx *ctx, kcuda_bf16 *out, float *lse,
+                                    const kcuda_bf16 *q, const kcuda_bf16 *k,
+                                    const kcuda_bf16 *v, int ldq, int ldk, int ldv,
+                                    const int *cu_seqlens, int nseq, int max_seqlen, int Hq,
+                                    int Hkv, int D, int causal);
+int kcuda_attention_backward_bf16_ld(kcuda_ctx *ctx, kcuda_bf16 *dq, kcuda_bf16 *dk,
+                                     kcuda_bf16 *dv, const kcuda_bf16 *dout,
+                                     const kcuda_bf16 *q, const kcuda_bf16 *k,
+                                     const kcuda_bf16 *v, const kcuda_bf16 *out,
+                                     const float *lse, int ldq, int ldk, int ldv,
+                                     const int *cu_seqlens, int nseq, int max_seqlen, int Hq,
+                                     int Hkv, int D, int causal);
 
 /* ---- matmul: fp32 weight gradients ------------------------------------------------
  * kcuda_matmul_backward_bf16 for training with fp32 gradient accumulation: dweight [N,K]

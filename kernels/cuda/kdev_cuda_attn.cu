@@ -410,14 +410,112 @@ static int f32_release(kdev *d, float **t, int cnt, int rc)
     return rc;
 }
 
-int cuda_attention_forward(kdev *d, float *out, float *lse, const float *q, const float *k,
-                           const float *v, const int *cu_seqlens, int nseq, int max_seqlen,
+/* ---- row strides (kdev_attention_forward_ld) -------------------------------------------
+ * The bf16 kernels read and write q, k, v and their gradients in place with any stride
+ * where they lie in activation memory; everywhere else (fp32 memory, the fp32 kernels)
+ * strided tensors go through contiguous fp32 copies (stream-ordered allocations). */
+
+struct att_rows {
+    int ld[3], w[3];   /* q, k, v: strides (resolved) and rows' widths */
+    int strided;       /* some ld[i] != w[i] */
+};
+
+static att_rows rows_of(int ldq, int ldk, int ldv, int Hq, int Hkv, int D)
+{
+    att_rows r;
+    r.w[0] = Hq * D;
+    r.w[1] = r.w[2] = Hkv * D;
+    int ld[3] = { ldq, ldk, ldv };
+    r.strided = 0;
+    for (int i = 0; i < 3; i++) {
+        r.ld[i] = ld[i] > 0 ? ld[i] : r.w[i];
+        r.strided |= r.ld[i] != r.w[i];
+    }
+    return r;
+}
+
+/* The bf16 kernels take every strided tensor of p (q, k, v, then dq, dk, dv: entry i and
+ * i + 3 share stride i; NULL ignored) in place: each lies in activation memory. */
+static int in_place(kdev *d, const att_rows *r, const float *const *p, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (p[i] && r->ld[i % 3] != r->w[i % 3] && !cuda_act16(d, p[i]))
+            return 0;
+    return 1;
+}
+
+/* t = a contiguous fp32 copy of rows x w elements of src (rows ld apart, any memory). */
+static int compact(kdev *d, float **t, const float *src, int ld, int w, int rows,
+                   const char *op)
+{
+    size_t n = (size_t)rows * w;
+    int rc = cuda_err(d, cudaMallocAsync((void **)t, n * sizeof(float), cuda_stream(d)), op);
+    return rc || !src ? rc : cuda_act_copy_2d(d, *t, (size_t)w, src, (size_t)ld, (size_t)rows,
+                                              (size_t)w);
+}
+
+static int compact_forward(kdev *d, float *out, float *lse, const float *const *qkv,
+                           const att_rows *r, const int *cu_seqlens, int nseq, int max_seqlen,
                            int N, int Hq, int Hkv, int D, int causal)
 {
     static const char op[] = "attention_forward";
-    if (cuda_st(d)->prec == KDEV_PREC_BF16 && cuda_attention16_fits(D))
-        return cuda_attention16_forward(d, out, lse, q, k, v, cu_seqlens, nseq, max_seqlen, N,
-                                        Hq, Hkv, D, causal);
+    float *t[3] = { NULL, NULL, NULL };
+    const float *in[3] = { qkv[0], qkv[1], qkv[2] };
+    int rc = 0;
+    for (int i = 0; !rc && i < 3; i++)
+        if (r->ld[i] != r->w[i] && !(rc = compact(d, &t[i], in[i], r->ld[i], r->w[i], N, op)))
+            in[i] = t[i];
+    if (!rc)
+        rc = cuda_attention_forward(d, out, lse, in[0], in[1], in[2], 0, 0, 0, cu_seqlens, nseq,
+                                    max_seqlen, N, Hq, Hkv, D, causal);
+    return f32_release(d, t, 3, rc);
+}
+
+static int compact_backward(kdev *d, float *const *grad, const float *dout,
+                            const float *const *qkv, const float *out, const float *lse,
+                            const att_rows *r, const int *cu_seqlens, int nseq,
+                            int max_seqlen, int N, int Hq, int Hkv, int D, int causal, int set)
+{
+    static const char op[] = "attention_backward";
+    float *t[6] = { NULL, NULL, NULL, NULL, NULL, NULL };
+    const float *in[3] = { qkv[0], qkv[1], qkv[2] };
+    float *g[3] = { grad[0], grad[1], grad[2] };
+    int rc = 0;
+    for (int i = 0; !rc && i < 3; i++) {
+        if (r->ld[i] == r->w[i])
+            continue;
+        if (!(rc = compact(d, &t[i], in[i], r->ld[i], r->w[i], N, op)))
+            in[i] = t[i];
+        /* a gradient added to starts from its values */
+        if (!rc && g[i] &&
+            !(rc = compact(d, &t[3 + i], set ? NULL : g[i], r->ld[i], r->w[i], N, op)))
+            g[i] = t[3 + i];
+    }
+    if (!rc)
+        rc = cuda_attention_backward(d, g[0], g[1], g[2], dout, in[0], in[1], in[2], out, lse,
+                                     0, 0, 0, cu_seqlens, nseq, max_seqlen, N, Hq, Hkv, D,
+                                     causal, set);
+    for (int i = 0; !rc && i < 3; i++)
+        if (t[3 + i])
+            rc = cuda_act_copy_2d(d, grad[i], (size_t)r->ld[i], t[3 + i], (size_t)r->w[i],
+                                  (size_t)N, (size_t)r->w[i]);
+    return f32_release(d, t, 6, rc);
+}
+
+int cuda_attention_forward(kdev *d, float *out, float *lse, const float *q, const float *k,
+                           const float *v, int ldq, int ldk, int ldv, const int *cu_seqlens,
+                           int nseq, int max_seqlen, int N, int Hq, int Hkv, int D, int causal)
+{
+    static const char op[] = "attention_forward";
+    att_rows r = rows_of(ldq, ldk, ldv, Hq, Hkv, D);
+    const float *qkv[3] = { q, k, v };
+    int bf16 = cuda_st(d)->prec == KDEV_PREC_BF16 && cuda_attention16_fits(D);
+    if (bf16 && in_place(d, &r, qkv, 3))
+        return cuda_attention16_forward(d, out, lse, q, k, v, r.ld[0], r.ld[1], r.ld[2],
+                                        cu_seqlens, nseq, max_seqlen, N, Hq, Hkv, D, causal);
+    if (r.strided)
+        return compact_forward(d, out, lse, qkv, &r, cu_seqlens, nseq, max_seqlen, N, Hq, Hkv,
+                               D, causal);
     /* the fp32 kernels: operands in bf16 activation memory through fp32 copies, an out
      * there gets their result rounded */
     size_t nq = (size_t)N * Hq * D, nk = (size_t)N * Hkv * D;
@@ -443,13 +541,23 @@ int cuda_attention_forward(kdev *d, float *out, float *lse, const float *q, cons
 
 int cuda_attention_backward(kdev *d, float *dq, float *dk, float *dv, const float *dout,
                             const float *q, const float *k, const float *v, const float *out,
-                            const float *lse, const int *cu_seqlens, int nseq, int max_seqlen,
-                            int N, int Hq, int Hkv, int D, int causal, int set)
+                            const float *lse, int ldq, int ldk, int ldv, const int *cu_seqlens,
+                            int nseq, int max_seqlen, int N, int Hq, int Hkv, int D, int causal,
+                            int set)
 {
     static const char op[] = "attention_backward";
-    if (cuda_st(d)->prec == KDEV_PREC_BF16 && cuda_attention16_fits(D))
-        return cuda_attention16_backward(d, dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens,
-                                         nseq, max_seqlen, N, Hq, Hkv, D, causal, set);
+    att_rows r = rows_of(ldq, ldk, ldv, Hq, Hkv, D);
+    const float *t6[6] = { q, k, v, dq, dk, dv };
+    int bf16 = cuda_st(d)->prec == KDEV_PREC_BF16 && cuda_attention16_fits(D);
+    if (bf16 && in_place(d, &r, t6, 6))
+        return cuda_attention16_backward(d, dq, dk, dv, dout, q, k, v, out, lse, r.ld[0],
+                                         r.ld[1], r.ld[2], cu_seqlens, nseq, max_seqlen, N, Hq,
+                                         Hkv, D, causal, set);
+    if (r.strided) {
+        float *grad[3] = { dq, dk, dv };
+        return compact_backward(d, grad, dout, t6, out, lse, &r, cu_seqlens, nseq, max_seqlen,
+                                N, Hq, Hkv, D, causal, set);
+    }
     size_t nq = (size_t)N * Hq * D, nk = (size_t)N * Hkv * D;
     /* operands in bf16 activation memory through fp32 copies; gradients there through fp32
      * copies (their values when added to) rounded back */

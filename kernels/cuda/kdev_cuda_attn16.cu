@@ -11,7 +11,9 @@
  * (the kernels want 16-byte aligned rows).  Everything is in stream order and nothing
  * here synchronises.  The conversions round to nearest even, as __float2bfloat16_rn.
  * q, k, v and out in bf16 activation memory (kdev.h) are the kernels' bf16 operands as
- * they lie: not converted either way. */
+ * they lie: not converted either way; there q, k, v (and their gradients) may have rows
+ * of their own stride (kdev_attention_forward_ld), which the kernels read and write in
+ * place.  Tensors in fp32 memory are contiguous here. */
 #include "cuda/kdev_cuda_internal.h"
 
 /* Scratch for the bf16 copies of src[i] (count[i] elements), except where src[i] lies in
@@ -41,14 +43,24 @@ int cuda_attention16_fits(int D)
     return D == 64 || D == 80 || D == 128;   /* the head dims of kcuda's flash kernels */
 }
 
+/* The kernels' row stride of tensor p: its own (ld) where it lies in activation memory
+ * (read in place), else its rows' width w (a contiguous bf16 copy). */
+static int stride16(kdev *d, const float *p, int ld, int w)
+{
+    return p && cuda_act16(d, p) ? ld : w;
+}
+
 int cuda_attention16_forward(kdev *d, float *out, float *lse, const float *q, const float *k,
-                             const float *v, const int *cu_seqlens, int nseq, int max_seqlen,
-                             int N, int Hq, int Hkv, int D, int causal)
+                             const float *v, int ldq, int ldk, int ldv, const int *cu_seqlens,
+                             int nseq, int max_seqlen, int N, int Hq, int Hkv, int D,
+                             int causal)
 {
     static const char op[] = "attention_forward (bf16)";
     if (N <= 0 || nseq <= 0 || max_seqlen <= 0)
         return 0;
-    size_t nq = (size_t)N * Hq * D, nk = (size_t)N * Hkv * D;
+    int wq = Hq * D, wk = Hkv * D;
+    size_t nq = (size_t)N * wq, nk = (size_t)N * wk;
+    int sq = stride16(d, q, ldq, wq), sk = stride16(d, k, ldk, wk), sv = stride16(d, v, ldv, wk);
     const float *src[4] = { q, k, v, out };
     size_t count[4] = { nq, nk, nk, nq };
     kcuda_bf16 *b[4];   /* q, k, v, out */
@@ -57,23 +69,28 @@ int cuda_attention16_forward(kdev *d, float *out, float *lse, const float *q, co
         if (src[i])
             rc = cuda_to_bf16(d, b[i], src[i], count[i], op);
     if (!rc)
-        rc = cuda_kc(d, kcuda_attention_forward_bf16(cuda_st(d)->k, b[3], lse, b[0], b[1], b[2],
-                                                     cu_seqlens, nseq, max_seqlen, Hq, Hkv, D,
-                                                     causal),
+        rc = cuda_kc(d, kcuda_attention_forward_bf16_ld(cuda_st(d)->k, b[3], lse, b[0], b[1],
+                                                        b[2], sq, sk, sv, cu_seqlens, nseq,
+                                                        max_seqlen, Hq, Hkv, D, causal),
                      op);
     return rc || !src[3] ? rc : cuda_from_bf16(d, out, b[3], nq, 0, op);
 }
 
 int cuda_attention16_backward(kdev *d, float *dq, float *dk, float *dv, const float *dout,
                               const float *q, const float *k, const float *v,
-                              const float *out, const float *lse, const int *cu_seqlens,
-                              int nseq, int max_seqlen, int N, int Hq, int Hkv, int D,
-                              int causal, int set)
+                              const float *out, const float *lse, int ldq, int ldk, int ldv,
+                              const int *cu_seqlens, int nseq, int max_seqlen, int N, int Hq,
+                              int Hkv, int D, int causal, int set)
 {
     static const char op[] = "attention_backward (bf16)";
     if (N <= 0 || nseq <= 0 || max_seqlen <= 0 || (!dq && !dk && !dv))
         return 0;
-    size_t nq = (size_t)N * Hq * D, nk = (size_t)N * Hkv * D;
+    int wq = Hq * D, wk = Hkv * D;
+    size_t nq = (size_t)N * wq, nk = (size_t)N * wk;
+    /* one stride for an input and its gradient: both in place, or both contiguous (the
+     * caller, cuda_attention_backward, sends strided pairs here only in activation memory) */
+    int sq = stride16(d, q, ldq, wq), sk = stride16(d, k, ldk, wk), sv = stride16(d, v, ldv, wk);
+    int ld[3] = { sq, sk, sv }, w[3] = { wq, wk, wk };
     /* the gradients: where one lies in bf16 activation memory the kernel adds into it
      * (zeroed first when it is to be set), else into a zeroed bf16 copy added or written
      * back */
@@ -86,16 +103,22 @@ int cuda_attention16_backward(kdev *d, float *dq, float *dk, float *dv, const fl
     for (int i = 0; !rc && i < 5; i++)
         if (src[i])
             rc = cuda_to_bf16(d, b[i], src[i], count[i], op);
-    for (int i = 5; !rc && i < 8; i++)
-        if (n[i - 5] && (src[i] || set))   /* a copy, or activation memory to be set */
-            rc = cuda_err(d, cudaMemsetAsync(b[i], 0, n[i - 5] * sizeof(kcuda_bf16),
-                                             cuda_stream(d)),
-                          op);
+    for (int i = 0; !rc && i < 3; i++) {
+        if (!n[i] || !(src[5 + i] || set))   /* a copy, or activation memory to be set */
+            continue;
+        size_t e = sizeof(kcuda_bf16);
+        int own = src[5 + i] != NULL;   /* the contiguous copy */
+        rc = cuda_err(d, own ? cudaMemsetAsync(b[5 + i], 0, n[i] * e, cuda_stream(d))
+                             : cudaMemset2DAsync(b[5 + i], (size_t)ld[i] * e, 0,
+                                                 (size_t)w[i] * e, (size_t)N, cuda_stream(d)),
+                      op);
+    }
     if (!rc)
-        rc = cuda_kc(d, kcuda_attention_backward_bf16(cuda_st(d)->k, dq ? b[5] : NULL,
-                                                      dk ? b[6] : NULL, dv ? b[7] : NULL, b[4],
-                                                      b[0], b[1], b[2], b[3], lse, cu_seqlens,
-                                                      nseq, max_seqlen, Hq, Hkv, D, causal),
+        rc = cuda_kc(d, kcuda_attention_backward_bf16_ld(cuda_st(d)->k, dq ? b[5] : NULL,
+                                                         dk ? b[6] : NULL, dv ? b[7] : NULL,
+                                                         b[4], b[0], b[1], b[2], b[3], lse, sq,
+                                                         sk, sv, cu_seqlens, nseq, max_seqlen,
+                                                         Hq, Hkv, D, causal),
                      op);
     for (int i = 0; !rc && i < 3; i++)
         if (src[5 + i])

@@ -183,14 +183,16 @@ CUDA_PRIVATE int cuda_adamw_multi(kdev *d, const kdev_adamw_tensor *t, int count
 
 /* kdev_cuda_attn.cu */
 CUDA_PRIVATE int cuda_attention_forward(kdev *d, float *out, float *lse, const float *q,
-                                        const float *k, const float *v,
-                                        const int *cu_seqlens, int nseq, int max_seqlen,
-                                        int N, int Hq, int Hkv, int D, int causal);
+                                        const float *k, const float *v, int ldq, int ldk,
+                                        int ldv, const int *cu_seqlens, int nseq,
+                                        int max_seqlen, int N, int Hq, int Hkv, int D,
+                                        int causal);
 CUDA_PRIVATE int cuda_attention_backward(kdev *d, float *dq, float *dk, float *dv,
                                          const float *dout, const float *q, const float *k,
                                          const float *v, const float *out, const float *lse,
-                                         const int *cu_seqlens, int nseq, int max_seqlen,
-                                         int N, int Hq, int Hkv, int D, int causal, int set);
+                                         int ldq, int ldk, int ldv, const int *cu_seqlens,
+                                         int nseq, int max_seqlen, int N, int Hq, int Hkv,
+                                         int D, int causal, int set);
 
 /* kdev_cuda_bf16.cu: dst (bf16) = src rounded; dst = (accumulate ? dst : 0) + src (fp32
  * from bf16; nothing when dst is NULL); n bf16 buffers of count[i] elements carved from
@@ -250,16 +252,19 @@ CUDA_PRIVATE int cuda_head_ce_backward(kdev *d, float *dinp, float *dw, float *w
  * precision BF16; head dims kcuda_attention16_fits): q, k, v (and out, dout) converted to
  * bf16 in the device scratch, outputs converted back (the backward accumulates). */
 CUDA_PRIVATE int cuda_attention16_fits(int D);
+/* ldq, ldk, ldv: the strides of tensors in activation memory (resolved, non-zero); those
+ * in fp32 memory are contiguous. */
 CUDA_PRIVATE int cuda_attention16_forward(kdev *d, float *out, float *lse, const float *q,
-                                          const float *k, const float *v,
-                                          const int *cu_seqlens, int nseq, int max_seqlen,
-                                          int N, int Hq, int Hkv, int D, int causal);
+                                          const float *k, const float *v, int ldq, int ldk,
+                                          int ldv, const int *cu_seqlens, int nseq,
+                                          int max_seqlen, int N, int Hq, int Hkv, int D,
+                                          int causal);
 CUDA_PRIVATE int cuda_attention16_backward(kdev *d, float *dq, float *dk, float *dv,
                                            const float *dout, const float *q, const float *k,
                                            const float *v, const float *out, const float *lse,
-                                           const int *cu_seqlens, int nseq, int max_seqlen,
-                                           int N, int Hq, int Hkv, int D, int causal,
-                                           int set);
+                                           int ldq, int ldk, int ldv, const int *cu_seqlens,
+                                           int nseq, int max_seqlen, int N, int Hq, int Hkv,
+                                           int D, int causal, int set);
 CUDA_PRIVATE int cuda_attention_block_forward(kdev *d, float *out, float *lse,
                                               const float *q, const float *k, const float *v,
                                               const int *q_cu, const int *q_pos,

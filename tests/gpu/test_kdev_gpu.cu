@@ -745,6 +745,9 @@ static int att_case(struct tctx *t, const char *tag, const int *lens, int nseq, 
     return f;
 }
 
+static int ld_case(struct tctx *t, const char *tag, const int *lens, int nseq, int Hq,
+                   int Hkv, int D, int act);
+
 static int test_attention(struct tctx *t)
 {
     static const int lens[4] = {1, 17, 69, 130}, lens2[2] = {5, 33}, lens3[2] = {3, 40};
@@ -753,6 +756,7 @@ static int test_attention(struct tctx *t)
     f += att_case(t, "c80", lens, 4, 4, 2, 80, 1, 0); /* dq not wanted */
     f += att_case(t, "c200", lens2, 2, 2, 1, 200, 1, 1);
     f += att_case(t, "n512", lens3, 2, 2, 2, 512, 0, 1);
+    f += ld_case(t, "ld.c64", lens, 4, 4, 2, 64, 0);
     return f + t->bad;
 }
 
@@ -824,6 +828,7 @@ static int test_bf16(struct tctx *t)
     f += att_case(t, "bf16.c64", lens, 4, 4, 2, 64, 1, 1);
     f += att_case(t, "bf16.n80", lens, 4, 4, 2, 80, 0, 1);
     f += att_case(t, "bf16.c128", lens2, 3, 2, 2, 128, 1, 0);
+    f += ld_case(t, "bf16.ld.c64", lens, 4, 4, 2, 64, 0);   /* fp32 memory: copies */
     t->tol = 0;
     CK(kdev_set_precision(t->d[k], KDEV_PREC_FP32));
     return f + t->bad;
@@ -1156,6 +1161,62 @@ static int act_att_case(struct tctx *t, const char *tag, const int *lens, int ns
     return f + t->bad;
 }
 
+/* Attention on the column blocks of fused [N, (Hq + 2 Hkv) D] rows (q, k, v in each row:
+ * kdev_attention_forward_ld and kdev_attention_backward_ld_set, the gradient written into
+ * fused rows of its own), the cuda device against the cpu from the same values.  act: the
+ * cuda side's rows in activation memory (read and written in place by the bf16 kernels),
+ * else fp32 memory (contiguous copies around either precision's kernels). */
+static int ld_case(struct tctx *t, const char *tag, const int *lens, int nseq, int Hq,
+                   int Hkv, int D, int act)
+{
+    char w[64];
+    int f = 0, k;
+    struct att_io a = att_inputs(t, lens, nseq, Hq, Hkv, D);
+    int QD = Hq * D, KD = Hkv * D, ld = QD + 2 * KD;
+    size_t nf = (size_t)a.N * ld, nq = (size_t)a.N * QD;
+    float *h = hrand(t, nf, -1, 1);
+    if (act)   /* the cpu reads what the cuda side holds */
+        for (size_t i = 0; i < nf; i++)
+            h[i] = bf16_round(h[i]);
+    struct dp qkv = dp_make(t, h, nf * sizeof(float)), dqkv = dp_nan(t, nf);
+    struct dp qkva = act ? act_make(t, h, nf) : qkv, dqkva = act ? act_make(t, NULL, nf) : dqkv;
+    struct dp outa = act ? act_make(t, NULL, nq) : a.out;
+    double tol = act ? TOL_BF16 : t->tol > 0 ? t->tol : TOL_ATT;
+    if (t->bad)
+        return 1;
+    float *base[2], *gbase[2];
+    for (k = 0; k < 2; k++) {
+        base[k] = k ? FP(qkva, 1) : FP(qkv, 0);
+        gbase[k] = k ? FP(dqkva, 1) : FP(dqkv, 0);
+    }
+    /* column i of a row: elements of activation memory on the cuda side with act */
+#define COL(p, k, i) ((k) && act ? kdev_act_at(t->d[1], (p), (i)) : (p) + (i))
+    for (k = 0; k < 2; k++)
+        CK(kdev_attention_forward_ld(t->d[k], k ? FP(outa, 1) : FP(a.out, 0), FP(a.lse, k),
+                                     base[k], COL(base[k], k, QD), COL(base[k], k, QD + KD), ld,
+                                     ld, ld, IP(a.cu, k), nseq, a.maxlen, a.N, Hq, Hkv, D, 1));
+    snprintf(w, sizeof w, "%s.out", tag);
+    f += act ? cmp_act(t, w, a.out, outa, nq, tol) : cmp_tol(t, w, a.out, nq, tol);
+    snprintf(w, sizeof w, "%s.lse", tag);
+    f += cmp_tol(t, w, a.lse, (size_t)a.N * Hq, tol);
+    /* the backward of both reads the cpu's out and lse (fp32 memory) */
+    void *ho = dl(t, 0, a.out), *hl = dl(t, 0, a.lse);
+    if (!ho || !hl)
+        return 1;
+    dp_set(t, a.out, ho);
+    dp_set(t, a.lse, hl);
+    for (k = 0; k < 2; k++)
+        CK(kdev_attention_backward_ld_set(t->d[k], gbase[k], COL(gbase[k], k, QD),
+                                          COL(gbase[k], k, QD + KD), FP(a.dout, k), base[k],
+                                          COL(base[k], k, QD), COL(base[k], k, QD + KD),
+                                          FP(a.out, k), FP(a.lse, k), ld, ld, ld, IP(a.cu, k),
+                                          nseq, a.maxlen, a.N, Hq, Hkv, D, 1));
+#undef COL
+    snprintf(w, sizeof w, "%s.dqkv", tag);
+    f += act ? cmp_act(t, w, dqkv, dqkva, nf, tol) : cmp_tol(t, w, dqkv, nf, tol);
+    return f + t->bad;
+}
+
 static int test_act(struct tctx *t)
 {
     static const int lens[4] = {1, 17, 69, 130};
@@ -1176,6 +1237,9 @@ static int test_act(struct tctx *t)
     f += act_producers(t, 33, 96);
     f += act_att_case(t, "att.d64", lens, 4, 4, 2, 64);
     f += act_att_case(t, "att.d16", lens, 4, 4, 2, 16);
+    f += ld_case(t, "att.ld.c64", lens, 4, 4, 2, 64, 1);   /* in place (bf16 kernels) */
+    f += ld_case(t, "att.ld.c64h", lens, 4, 4, 4, 64, 1);
+    f += ld_case(t, "att.ld.c16", lens, 4, 4, 2, 16, 1);   /* fp32 kernels, through copies */
     /* refusals: an fp32-only op given activation memory; a precision change under it */
     struct dp a = act_make(t, NULL, 64), x = dp_rand(t, 64, -1, 1);
     if (t->bad)

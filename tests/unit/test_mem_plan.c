@@ -243,6 +243,41 @@ static void test_random_layouts(void **state)
     assert_int_equal(done, CASES);
 }
 
+/* A decoder with learned positions (GPT-2's kind: attention reads q, k, v in place from
+ * the qkv rows, block.c qkv_in_place), shrunk, with and without recomputation, tp and a
+ * pipeline: the arenas exact. */
+static void test_learned_positions(void **state)
+{
+    (void)state;
+    static const char *const layouts[][4] = {
+        { "ranks=1", "train.recompute=none", "parallel.tp=1", "parallel.pp=1" },
+        { "ranks=1", "train.recompute=full", "parallel.tp=1", "parallel.pp=1" },
+        { "ranks=2", "train.recompute=selective", "parallel.tp=2", "parallel.pp=1" },
+        { "ranks=2", "train.recompute=none", "parallel.tp=1", "parallel.pp=2" },
+    };
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+        const char *kv[] = { "model=gpt2-124m", "model.decoder.layers=2",
+                             "model.decoder.hidden=64", "model.decoder.heads=4",
+                             "model.decoder.kv_heads=4", "model.decoder.head_dim=16",
+                             "model.decoder.ffn=128", "model.decoder.vocab=128",
+                             "train.global_batch=2", "train.micro_batch=1", layouts[i][0],
+                             layouts[i][1], layouts[i][2], layouts[i][3] };
+        run_ctx *ctx = calloc(1, sizeof *ctx);
+        assert_non_null(ctx);
+        runcfg_list l;
+        runcfg_init(&l);
+        runcfg_add_kv(&l, kv, (int)(sizeof kv / sizeof kv[0]));
+        hearth_err err;
+        if (runcfg_parse(&ctx->cfg, base_yaml, &l, 0, &err))
+            fail_msg("layout %zu: %s", i, err.msg);
+        char desc[256];
+        snprintf(desc, sizeof desc, "gpt2 shrunk: %s %s %s %s", layouts[i][0], layouts[i][1],
+                 layouts[i][2], layouts[i][3]);
+        check_case(ctx, 1, desc);
+        free(ctx);
+    }
+}
+
 /* The shapes of the plan itself: 1F1B holds min(pp - p, M) micro batches on stage p, the
  * peak is the largest stage, ZeRO-1 divides the optimizer state, recompute shrinks the
  * arenas, cuda halves weights and activations. */
@@ -301,6 +336,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random_layouts),
+        cmocka_unit_test(test_learned_positions),
         cmocka_unit_test(test_plan_properties),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -337,6 +337,13 @@ static float *take(layer_take *lt, int which, size_t n)
     return lt->buf[which];
 }
 
+/* Column i of the first row of a buffer whose act bit is `which`: in elements of
+ * activation memory where it lies there, else floats. */
+static float *col_at(const stack *st, int which, float *p, size_t i)
+{
+    return st->act >> which & 1u ? kdev_act_at(st->c.dev, p, i) : p + i;
+}
+
 static void stack_take(stack *st, farena *fa, aarena *aa, iarena *ia, iarena *ih, int N,
                        int Nl)
 {
@@ -358,9 +365,15 @@ static void stack_take(stack *st, farena *fa, aarena *aa, iarena *ia, iarena *ih
         b->kr = qkn ? take(&lt, SH_KR, n * c->KD) : NULL;
         b->qrs = qkn ? take(&lt, SH_QRS, n * c->Hq) : NULL;
         b->krs = qkn ? take(&lt, SH_KRS, n * c->Hkv) : NULL;
-        b->q = take(&lt, SH_Q, n * c->QD);
-        b->k = take(&lt, SH_K, n * c->KD);
-        b->v = take(&lt, SH_V, n * c->KD);
+        if (st->qkv_rows) {   /* q, k, v: the column blocks of the layer's qkv rows */
+            b->q = take(&lt, SH_Q, n * c->QKV);
+            b->k = b->q ? col_at(st, SH_Q, b->q, (size_t)c->QD) : NULL;
+            b->v = b->q ? col_at(st, SH_Q, b->q, (size_t)(c->QD + c->KD)) : NULL;
+        } else {
+            b->q = take(&lt, SH_Q, n * c->QD);
+            b->k = take(&lt, SH_K, n * c->KD);
+            b->v = take(&lt, SH_V, n * c->KD);
+        }
         b->att = take(&lt, SH_ATT, n * c->QD);
         b->lse = take(&lt, SH_LSE, n * c->Hq);
         b->x1 = take(&lt, SH_X1, nl * c->H);
@@ -384,13 +397,21 @@ static void stack_take(stack *st, farena *fa, aarena *aa, iarena *ia, iarena *ih
     sc->ep_buf = ep_buf;
     sc->ep_cap = ep_cap;
     sc->aux_d = aux_d;
-    sc->qkv = carve(&lt, ACT_QKV, n * c->QKV);
-    sc->tmp = fa_take(fa, n * c->H);
-    sc->dq = carve(&lt, ACT_QKV, n * c->QD);
-    sc->dk = carve(&lt, ACT_QKV, n * c->KD);
-    sc->dv = carve(&lt, ACT_QKV, n * c->KD);
-    sc->dqkv = (st->act >> ACT_QKV & 1u) && aa->esz < sizeof(float)
-                   ? aa_take(aa, n * c->QKV) : sc->qkv;
+    if (st->qkv_rows) {   /* the linear writes the layer's rows; dq, dk, dv lie in dqkv */
+        sc->dqkv = carve(&lt, ACT_QKV, n * c->QKV);
+        sc->tmp = fa_take(fa, n * c->H);
+        sc->dq = sc->dqkv;
+        sc->dk = sc->dqkv ? col_at(st, ACT_QKV, sc->dqkv, (size_t)c->QD) : NULL;
+        sc->dv = sc->dqkv ? col_at(st, ACT_QKV, sc->dqkv, (size_t)(c->QD + c->KD)) : NULL;
+    } else {
+        sc->qkv = carve(&lt, ACT_QKV, n * c->QKV);
+        sc->tmp = fa_take(fa, n * c->H);
+        sc->dq = carve(&lt, ACT_QKV, n * c->QD);
+        sc->dk = carve(&lt, ACT_QKV, n * c->KD);
+        sc->dv = carve(&lt, ACT_QKV, n * c->KD);
+        sc->dqkv = (st->act >> ACT_QKV & 1u) && aa->esz < sizeof(float)
+                       ? aa_take(aa, n * c->QKV) : sc->qkv;
+    }
     sc->dqr = qkn ? fa_take(fa, n * c->QD) : NULL;
     sc->dkr = qkn ? fa_take(fa, n * c->KD) : NULL;
     sc->datt = carve(&lt, ACT_DATT, n * c->QD);
@@ -442,18 +463,29 @@ static unsigned act_buffers(const stack *st)
     return m;
 }
 
+/* Attention reads q, k, v where the qkv linear wrote them (kdev_attention_forward_ld) and
+ * writes their gradients into the fused gradient: no split or merge copies.  Where nothing
+ * changes q and k between the two (no RoPE, no q/k norms) and attention is the plain one
+ * (cp's ring and sequence chunks take contiguous blocks). */
+static int qkv_in_place(const stack *st)
+{
+    return !st->c.s->qk_norm && !st->c.rope && !st->cp_comm && !st->chunked;
+}
+
 int stack_reserve(stack *st, int N, hearth_err *err)
 {
     if (sp_on(st) && N % st->c.tp)
         return herr_set(err, HERR_RUNTIME, "model: %d tokens cannot be split over tp %d "
                         "(sequence parallel)", N, st->c.tp);
     unsigned act = act_buffers(st);
-    if (N <= st->cap && st->fbuf && act == st->act)
+    int rows = qkv_in_place(st);
+    if (N <= st->cap && st->fbuf && act == st->act && rows == st->qkv_rows)
         return 0;
     int Nl = local_tokens(st, N);
     kdev *dev = st->c.dev;
     release_arenas(st);
     st->act = act;
+    st->qkv_rows = rows;
     farena fa = { NULL, 0 };
     aarena aa = { NULL, 0, kdev_act_bytes(dev) };
     iarena ia = { NULL, 0 }, ih = { NULL, 0 };
@@ -492,11 +524,10 @@ int stack_reserve(stack *st, int N, hearth_err *err)
 
 /* ---- forward ------------------------------------------------------------------------ */
 
-/* Column i of the first row of qkv or dqkv: in elements of activation memory where the
- * stack keeps them there (ACT_QKV), else floats. */
+/* Column i of the first row of qkv or dqkv (the scratch, ACT_QKV). */
 static float *qkv_at(const stack *st, float *p, size_t i)
 {
-    return st->act >> ACT_QKV & 1u ? kdev_act_at(st->c.dev, p, i) : p + i;
+    return col_at(st, ACT_QKV, p, i);
 }
 
 /* The attention norm: b->h1 holds its output over all N rows (gathered under sp). */
@@ -524,13 +555,24 @@ static int attn_forward(stack *st, block *b, const float *x, const stack_ctx *ct
     int rc = attn_norm_forward(st, b, x, ctx, &h1, err);
     if (rc)
         return rc;
-    if ((rc = fp8_linear_forward(st->c.dev, p->fp8, FP8_QKV, 0, N, sc->qkv, h1, p->qkv_w, p->qkv_b, N,
+    kdev *dev = c->dev;
+    if ((rc = fp8_linear_forward(st->c.dev, p->fp8, FP8_QKV, 0, N,
+                                 st->qkv_rows ? b->q : sc->qkv, h1, p->qkv_w, p->qkv_b, N,
                                  c->H, c->QKV, err)))
         return rc;
+    const int *cu = b->full_attn ? ctx->cu_full : ctx->cu;
+    int nseq = b->full_attn ? ctx->nseq_full : ctx->nseq;
+    int maxs = b->full_attn ? ctx->max_seq_full : ctx->max_seq;
+    if (st->qkv_rows) {
+        int ld = c->QKV;
+        kdev_attention_forward_ld(dev, b->att, b->lse, b->q, b->k, b->v, ld, ld, ld, cu, nseq,
+                                  maxs, N, c->Hq, c->Hkv, c->D, c->causal);
+        return residual_linear_forward(st, p->fp8, FP8_PROJ, b->x1, x, b->att, p->proj_w,
+                                       p->proj_b, N, Nl, c->QD, c->H, err);
+    }
 
     /* Split the fused rows into the contiguous [N, heads, D] arrays attention reads (in
      * activation memory where the stack keeps them there). */
-    kdev *dev = c->dev;
     float *qd = s->qk_norm ? b->qr : b->q;
     float *kd = s->qk_norm ? b->kr : b->k;
     size_t row = (size_t)c->QKV;
@@ -548,9 +590,6 @@ static int attn_forward(stack *st, block *b, const float *x, const stack_ctx *ct
         kdev_rope_forward(dev, b->q, ctx->cos, ctx->sin, N, c->Hq, c->D);
         kdev_rope_forward(dev, b->k, ctx->cos, ctx->sin, N, c->Hkv, c->D);
     }
-    const int *cu = b->full_attn ? ctx->cu_full : ctx->cu;
-    int nseq = b->full_attn ? ctx->nseq_full : ctx->nseq;
-    int maxs = b->full_attn ? ctx->max_seq_full : ctx->max_seq;
     if (st->cp_comm)
         rc = cp_attention_forward(dev, st->cp_comm, sc->ring, b->att, b->lse, b->q, b->k,
                                   b->v, cu, nseq, maxs, ctx->cp_pos, N, c->Hq, c->Hkv, c->D,
@@ -836,10 +875,12 @@ static int attn_backward(stack *st, block *b, const float *x, const stack_ctx *c
         chunk_attention_backward(dev, ctx->cc, (int)(b - st->layers), ctx->chunk, sc->dq,
                                  sc->dk, sc->dv, sc->datt, b->q, b->k, b->v, b->att, b->lse,
                                  cu, nseq, N, c->Hq, c->Hkv, c->D, c->causal);
-    else if (!st->cp_comm)
-        kdev_attention_backward_set(dev, sc->dq, sc->dk, sc->dv, sc->datt, b->q, b->k, b->v,
-                                    b->att, b->lse, cu, nseq, maxs, N, c->Hq, c->Hkv, c->D,
-                                    c->causal);
+    else if (!st->cp_comm) {
+        int ld = st->qkv_rows ? c->QKV : 0;   /* dq, dk, dv: then the column blocks of dqkv */
+        kdev_attention_backward_ld_set(dev, sc->dq, sc->dk, sc->dv, sc->datt, b->q, b->k, b->v,
+                                       b->att, b->lse, ld, ld, ld, cu, nseq, maxs, N, c->Hq,
+                                       c->Hkv, c->D, c->causal);
+    }
     if (c->rope) {
         kdev_rope_backward(dev, sc->dq, ctx->cos, ctx->sin, N, c->Hq, c->D);
         kdev_rope_backward(dev, sc->dk, ctx->cos, ctx->sin, N, c->Hkv, c->D);
@@ -856,9 +897,11 @@ static int attn_backward(stack *st, block *b, const float *x, const stack_ctx *c
         dkd = sc->dkr;
     }
     size_t row = (size_t)c->QKV, fq = (size_t)c->QD, fk = (size_t)c->KD;
-    kdev_act_copy_2d(dev, sc->dqkv, row, dqd, fq, (size_t)N, fq);
-    kdev_act_copy_2d(dev, qkv_at(st, sc->dqkv, fq), row, dkd, fk, (size_t)N, fk);
-    kdev_act_copy_2d(dev, qkv_at(st, sc->dqkv, fq + fk), row, sc->dv, fk, (size_t)N, fk);
+    if (!st->qkv_rows) {   /* merge the gradients into the fused rows */
+        kdev_act_copy_2d(dev, sc->dqkv, row, dqd, fq, (size_t)N, fq);
+        kdev_act_copy_2d(dev, qkv_at(st, sc->dqkv, fq), row, dkd, fk, (size_t)N, fk);
+        kdev_act_copy_2d(dev, qkv_at(st, sc->dqkv, fq + fk), row, sc->dv, fk, (size_t)N, fk);
+    }
     float *dh = sc->tmp;
     if ((rc = fp8_linear_backward_set(st->c.dev, p->fp8, FP8_QKV, 0, dh, g->qkv_w, g->qkv_b,
                                       sc->dqkv, b->h1, p->qkv_w, N, c->H, c->QKV, err)))

@@ -209,6 +209,8 @@ typedef struct {
     float *abuf;
     size_t abuf_bytes;
     unsigned act;
+    int qkv_rows;                   /* attention on the qkv linear's rows in place (block.c
+                                       qkv_in_place; stack_reserve decides) */
     int chunked;                    /* sequence chunks run this stack (set by the owner) */
 } stack;
 

@@ -79,11 +79,18 @@ static void take(take_state *ts, int which, int64_t n)
     addf(ts->el, ts->cat, n, 1);
 }
 
+/* Attention on the qkv linear's rows in place (block.c qkv_in_place): one [N, QKV]
+ * buffer per layer for q, k, v and one for their gradient, no split copies. */
+static int qkv_rows(const mp_stack *st)
+{
+    return !st->s->qk_norm && st->s->pos == POS_LEARNED && st->cp == 1 && st->chunks == 1;
+}
+
 void mp_stack_arena(mp_elems *el, const mp_stack *st, int L, int first, int64_t N,
                     int64_t Nl, mem_category cat)
 {
     const stack_shape *s = st->s;
-    int qkn = s->qk_norm, any_moe = 0, any_dense = 0;
+    int qkn = s->qk_norm, any_moe = 0, any_dense = 0, rows = qkv_rows(st);
     int64_t n = N, nl = Nl, nk = N * st->K;
     take_state ts = { .el = el, .cat = cat };
     if (s->recompute == RECOMPUTE_FULL)
@@ -103,9 +110,13 @@ void mp_stack_arena(mp_elems *el, const mp_stack *st, int L, int first, int64_t 
             take(&ts, SH_QRS, n * st->Hq);
             take(&ts, SH_KRS, n * st->Hkv);
         }
-        take(&ts, SH_Q, n * st->QD);
-        take(&ts, SH_K, n * st->KD);
-        take(&ts, SH_V, n * st->KD);
+        if (rows) {
+            take(&ts, SH_Q, n * st->QKV);
+        } else {
+            take(&ts, SH_Q, n * st->QD);
+            take(&ts, SH_K, n * st->KD);
+            take(&ts, SH_V, n * st->KD);
+        }
         take(&ts, SH_ATT, n * st->QD);
         take(&ts, SH_LSE, n * st->Hq);
         take(&ts, SH_X1, nl * st->H);
@@ -139,12 +150,15 @@ void mp_stack_arena(mp_elems *el, const mp_stack *st, int L, int first, int64_t 
             take(&ts, SH_A, n * st->F);
         }
     }
-    /* the backward scratch shared by the layers (stack_scratch) */
+    /* the backward scratch shared by the layers (stack_scratch): qkv (or, with the rows
+     * in place, dqkv), tmp, dq, dk, dv (with the rows in place: in dqkv) */
     addf(el, cat, n * st->QKV, 1);
     addf(el, cat, n * st->H, 1);
-    addf(el, cat, n * st->QD, 1);
-    addf(el, cat, n * st->KD, 1);
-    addf(el, cat, n * st->KD, 1);
+    if (!rows) {
+        addf(el, cat, n * st->QD, 1);
+        addf(el, cat, n * st->KD, 1);
+        addf(el, cat, n * st->KD, 1);
+    }
     if (qkn) {
         addf(el, cat, n * st->QD, 1);
         addf(el, cat, n * st->KD, 1);

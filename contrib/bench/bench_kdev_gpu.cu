@@ -173,6 +173,111 @@ static void head_raw(bench *b)
     kcuda_ctx_free(k);
 }
 
+/* The fc1 weight gradient with its bias gradient (16384 x 768 -> 3072, bf16 operands,
+ * fp32 dW): cuBLASLt's BGRADB epilogue against the GEMM and the separate column-sum
+ * passes kdev runs today (aside: not in the step). */
+static void bgrad_raw(bench *b)
+{
+    kcuda_ctx *k = NULL;
+    char err[256];
+    if (kcuda_ctx_create(&k, NULL, 0, err, sizeof err) < 0) {
+        printf("# kcuda context: %s\n", err);
+        return;
+    }
+    void *x, *g, *dw, *db, *part;
+    cudaMalloc(&x, (size_t)N * C * 2);
+    cudaMalloc(&g, (size_t)N * F * 2);
+    cudaMalloc(&dw, (size_t)F * C * 4);
+    cudaMalloc(&db, (size_t)F * 4);
+    cudaMalloc(&part, kcuda_bias_partials_floats(N, F) * 4);
+    bg_fill_bf16(x, (size_t)N * C, b->seed++, -1, 1);
+    bg_fill_bf16(g, (size_t)N * F, b->seed++, -1, 1);
+    cudaMemset(dw, 0, (size_t)F * C * 4);
+    cudaMemset(db, 0, (size_t)F * 4);
+    cudaDeviceSynchronize();
+    const double gf = 2.0 * N * C * F * 1e-9;
+    const kcuda_bf16 *gx = (const kcuda_bf16 *)x, *gg = (const kcuda_bf16 *)g;
+    float t[3];
+    t[0] = bg_median_ms(k, "dW", 2, REPS, [&]() {
+        return kcuda_matmul_dweight_bf16_f32out(k, (float *)dw, gg, F, gx, N, C, F);
+    });
+    t[1] = bg_median_ms(k, "dW + partials", 2, REPS, [&]() {
+        int rc = kcuda_matmul_dweight_bf16_f32out(k, (float *)dw, gg, F, gx, N, C, F);
+        if (!rc)
+            rc = kcuda_bias_partials_bf16(k, (float *)part, gg, N, F);
+        return rc ? rc : kcuda_bias_partials_add(k, (float *)db, (float *)part, N, F);
+    });
+    t[2] = bg_median_ms(k, "dW BGRADB", 2, REPS, [&]() {
+        return kcuda_matmul_backward_bf16_f32w(k, NULL, 0, (float *)dw, (float *)db, gg, gx,
+                                               NULL, N, C, F);
+    });
+    const char *names[3] = { "raw fc1 dW", "raw fc1 dW + bias column sums (2 passes)",
+                             "raw fc1 dW + bias by the BGRADB epilogue" };
+    for (int i = 0; i < 3; i++)
+        printf("| (aside) %s | %.3f | - | - | | %.0f |\n", names[i], t[i], gf / t[i]);
+    cudaFree(x);
+    cudaFree(g);
+    cudaFree(dw);
+    cudaFree(db);
+    cudaFree(part);
+    kcuda_ctx_free(k);
+}
+
+/* The MLP's GELU in cuBLASLt's epilogue against the GEMM and GELU kernels kdev runs
+ * today (one micro batch's fc1 forward and fc2 dinp, all bf16; aside). */
+static void gelu_raw(bench *b)
+{
+    kcuda_ctx *k = NULL;
+    char err[256];
+    if (kcuda_ctx_create(&k, NULL, 0, err, sizeof err) < 0) {
+        printf("# kcuda context: %s\n", err);
+        return;
+    }
+    void *x, *w1, *b1, *u, *a, *w2, *dy, *da, *du;
+    cudaMalloc(&x, (size_t)N * C * 2);
+    cudaMalloc(&w1, (size_t)F * C * 2);
+    cudaMalloc(&b1, (size_t)F * 2);
+    cudaMalloc(&u, (size_t)N * F * 2);
+    cudaMalloc(&a, (size_t)N * F * 2);
+    cudaMalloc(&w2, (size_t)C * F * 2);
+    cudaMalloc(&dy, (size_t)N * C * 2);
+    cudaMalloc(&da, (size_t)N * F * 2);
+    cudaMalloc(&du, (size_t)N * F * 2);
+    bg_fill_bf16(x, (size_t)N * C, b->seed++, -1, 1);
+    bg_fill_bf16(w1, (size_t)F * C, b->seed++, -0.05f, 0.05f);
+    bg_fill_bf16(b1, (size_t)F, b->seed++, -0.1f, 0.1f);
+    bg_fill_bf16(w2, (size_t)C * F, b->seed++, -0.05f, 0.05f);
+    bg_fill_bf16(dy, (size_t)N * C, b->seed++, -1, 1);
+    cudaDeviceSynchronize();
+    typedef const kcuda_bf16 *cb;
+    typedef kcuda_bf16 *mb;
+    const double gf = 2.0 * N * C * F * 1e-9;
+    float t[4];
+    t[0] = bg_median_ms(k, "fc1 + gelu", 2, REPS, [&]() {
+        int rc = kcuda_matmul_forward_bf16(k, (mb)u, (cb)x, (cb)w1, (cb)b1, N, C, F);
+        return rc ? rc : kcuda_gelu_forward_bf16(k, (mb)a, (cb)u, (size_t)N * F, 0);
+    });
+    t[1] = bg_median_ms(k, "fc1 GELU_AUX_BIAS", 2, REPS, [&]() {
+        return kcuda_matmul_forward_bf16_gelu(k, (mb)a, (mb)u, (cb)x, (cb)w1, (cb)b1, N, C, F);
+    });
+    t[2] = bg_median_ms(k, "fc2 dinp + gelu bwd", 2, REPS, [&]() {
+        int rc = kcuda_matmul_backward_bf16_f32w(k, (mb)da, 0, NULL, NULL, (cb)dy, NULL, (cb)w2,
+                                                 N, F, C);
+        return rc ? rc : kcuda_gelu_backward_bf16(k, (mb)du, (cb)da, (cb)u, (size_t)N * F, 0, 0);
+    });
+    t[3] = bg_median_ms(k, "fc2 dinp DGELU", 2, REPS, [&]() {
+        return kcuda_matmul_dinp_bf16_dgelu(k, (mb)du, (cb)dy, (cb)w2, (cb)u, N, F, C);
+    });
+    const char *names[4] = { "raw fc1 forward + GELU kernel", "raw fc1 forward, GELU_AUX_BIAS epilogue",
+                             "raw fc2 dinp + GELU backward kernel", "raw fc2 dinp, DGELU epilogue" };
+    for (int i = 0; i < 4; i++)
+        printf("| (aside) %s | %.3f | - | - | | %.0f |\n", names[i], t[i], gf / t[i]);
+    void *all[] = { x, w1, b1, u, a, w2, dy, da, du };
+    for (void *p : all)
+        cudaFree(p);
+    kcuda_ctx_free(k);
+}
+
 int main(void)
 {
     cudaDeviceProp prop;
@@ -338,6 +443,8 @@ int main(void)
     printf("| **sum: one training step (%d micro batches)** | | | %.1f | | |\n", MICRO,
            b.step_ms);
     head_raw(&b);
+    bgrad_raw(&b);
+    gelu_raw(&b);
     for (void *p : b.bufs)
         kdev_release(b.d, p);
     kdev_release(b.d, sums);

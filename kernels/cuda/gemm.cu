@@ -31,7 +31,14 @@ struct gemm_args {
     const void *bias; /* NULL: no epilogue */
     int bgrad;        /* with bias: BGRADB, bias[n] = column sums of op(B) over k (written) */
     const void *res;  /* beta's C where it is not the output C (same layout); NULL: C */
+    /* GELU epilogues (bf16 aux of D's shape, ld aux_ld): GEMM_GELU_AUX: D = gelu(AB + bias)
+     * with AB + bias stored in aux; GEMM_DGELU: D = AB * gelu'(aux) */
+    int gelu;
+    const void *aux;
+    int aux_ld;
 };
+
+enum { GEMM_PLAIN = 0, GEMM_GELU_AUX = 1, GEMM_DGELU = 2 };
 
 /* The largest power of two (<= 16) dividing every pointer: cuBLASLt's choice depends
  * on it, so it is part of the cache key. */
@@ -113,9 +120,12 @@ static int lt_matmul_ct(kcuda_ctx *ctx, const struct gemm_args *g, int fast)
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
     cublasLtMatmulPreference_t pref = NULL;
-    cublasLtEpilogue_t epi = !g->bias   ? CUBLASLT_EPILOGUE_DEFAULT
-                             : g->bgrad ? CUBLASLT_EPILOGUE_BGRADB
-                                        : CUBLASLT_EPILOGUE_BIAS;
+    cublasLtEpilogue_t epi = g->gelu == GEMM_GELU_AUX ? (g->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                                                 : CUBLASLT_EPILOGUE_GELU_AUX)
+                             : g->gelu == GEMM_DGELU ? CUBLASLT_EPILOGUE_DGELU
+                             : !g->bias              ? CUBLASLT_EPILOGUE_DEFAULT
+                             : g->bgrad              ? CUBLASLT_EPILOGUE_BGRADB
+                                                     : CUBLASLT_EPILOGUE_BIAS;
     float alpha = 1.0f, beta = g->beta;
     int arows = g->ta == CUBLAS_OP_N ? g->m : g->k, acols = g->ta == CUBLAS_OP_N ? g->k : g->m;
     int brows = g->tb == CUBLAS_OP_N ? g->k : g->n, bcols = g->tb == CUBLAS_OP_N ? g->n : g->k;
@@ -135,6 +145,8 @@ static int lt_matmul_ct(kcuda_ctx *ctx, const struct gemm_args *g, int fast)
     key.align = ptr_align(g->A, g->B, g->C, g->bias);
     if (g->res && ptr_align(g->res, NULL, NULL, NULL) < key.align)
         key.align = ptr_align(g->res, NULL, NULL, NULL);
+    if (g->aux && ptr_align(g->aux, NULL, NULL, NULL) < key.align)
+        key.align = ptr_align(g->aux, NULL, NULL, NULL);
     const void *cin = g->res ? g->res : g->C;
     key.fast = fast;
 
@@ -145,6 +157,10 @@ static int lt_matmul_ct(kcuda_ctx *ctx, const struct gemm_args *g, int fast)
             LT(cublasLtMatmulDescSetAttribute(slot->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                               &g->bias, sizeof g->bias),
                "set BIAS_POINTER");
+        if (g->aux)
+            LT(cublasLtMatmulDescSetAttribute(slot->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                              &g->aux, sizeof g->aux),
+               "set EPILOGUE_AUX_POINTER");
         LT(cublasLtMatmul(ctx->lt, slot->op, &alpha, g->A, slot->la, g->B, slot->lb, &beta,
                           cin, slot->lc, g->C, slot->lc, &slot->algo, ctx->workspace,
                           ctx->workspace_bytes, ctx->stream),
@@ -157,9 +173,23 @@ static int lt_matmul_ct(kcuda_ctx *ctx, const struct gemm_args *g, int fast)
        "set TRANSA");
     LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &g->tb, sizeof g->tb),
        "set TRANSB");
-    if (g->bias) {
+    if (epi != CUBLASLT_EPILOGUE_DEFAULT)
         LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
            "set EPILOGUE");
+    if (g->aux) {
+        int64_t ld = g->aux_ld;
+        cudaDataType_t at = CUDA_R_16BF;
+        LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux,
+                                          sizeof g->aux),
+           "set EPILOGUE_AUX_POINTER");
+        LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
+                                          sizeof ld),
+           "set EPILOGUE_AUX_LD");
+        LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at,
+                                          sizeof at),
+           "set EPILOGUE_AUX_DATA_TYPE");
+    }
+    if (g->bias) {
         LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
                                           sizeof g->bias),
            "set BIAS_POINTER");
@@ -366,7 +396,7 @@ static int forward(kcuda_ctx *ctx, int dtype, void *out, const void *inp, const 
                    const void *bias, int M, int K, int N, const void *res = NULL)
 {
     struct gemm_args g = {dtype, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, weight, K, inp, K,
-                          out, N, res ? 1.0f : 0.0f, bias, 0, res};
+                          out, N, res ? 1.0f : 0.0f, bias, 0, res, GEMM_PLAIN, NULL, 0};
     return lt_matmul(ctx, &g);
 }
 
@@ -377,13 +407,13 @@ static int backward(kcuda_ctx *ctx, int dtype, T *dinp, T *dweight, T *dbias, co
     int rc;
     if (dinp) {
         struct gemm_args g = {dtype, CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, weight, K, dout, N,
-                              dinp, K, 1.0f, NULL, 0, NULL};
+                              dinp, K, 1.0f, NULL, 0, NULL, GEMM_PLAIN, NULL, 0};
         if ((rc = lt_matmul(ctx, &g)) < 0)
             return rc;
     }
     if (dweight) {
         struct gemm_args g = {dtype, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, inp, K, dout, N,
-                              dweight, K, 1.0f, NULL, 0, NULL};
+                              dweight, K, 1.0f, NULL, 0, NULL, GEMM_PLAIN, NULL, 0};
         if ((rc = lt_matmul(ctx, &g)) < 0)
             return rc;
     }
@@ -466,7 +496,7 @@ extern "C" int kcuda_matmul_dinp_bf16_f32out(kcuda_ctx *ctx, float *dinp,
         return kcuda_fail(ctx, KCUDA_EARG, "kcuda_matmul_dinp_bf16_f32out: ldd %d < N %d", ldd,
                           N);
     struct gemm_args g = {DT_BF16_F32OUT, CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, weight, K, dout,
-                          ldd, dinp, K, accumulate ? 1.0f : 0.0f, NULL, 0, NULL};
+                          ldd, dinp, K, accumulate ? 1.0f : 0.0f, NULL, 0, NULL, GEMM_PLAIN, NULL, 0};
     return lt_matmul(ctx, &g);
 }
 
@@ -481,7 +511,7 @@ extern "C" int kcuda_matmul_dweight_bf16_f32out(kcuda_ctx *ctx, float *dweight,
         return kcuda_fail(ctx, KCUDA_EARG, "kcuda_matmul_dweight_bf16_f32out: ldd %d < N %d",
                           ldd, N);
     struct gemm_args g = {DT_BF16_F32OUT, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, inp, K, dout,
-                          ldd, dweight, K, 1.0f, NULL, 0, NULL};
+                          ldd, dweight, K, 1.0f, NULL, 0, NULL, GEMM_PLAIN, NULL, 0};
     return lt_matmul(ctx, &g);
 }
 
@@ -526,6 +556,32 @@ extern "C" int kcuda_bias_partials_add(kcuda_ctx *ctx, float *dbias, const float
     return bias_sum<float>(ctx, dbias, part, chunks, N);
 }
 
+/* ---- GELU in the epilogue ---------------------------------------------------------- */
+
+extern "C" int kcuda_matmul_forward_bf16_gelu(kcuda_ctx *ctx, kcuda_bf16 *out, kcuda_bf16 *pre,
+                                              const kcuda_bf16 *inp, const kcuda_bf16 *weight,
+                                              const kcuda_bf16 *bias, int M, int K, int N)
+{
+    int rc = check_shape(ctx, "kcuda_matmul_forward_bf16_gelu", M, K, N);
+    if (rc < 0)
+        return rc;
+    struct gemm_args g = {DT_BF16, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, weight, K, inp, K,
+                          out, N, 0.0f, bias, 0, NULL, GEMM_GELU_AUX, pre, N};
+    return lt_matmul(ctx, &g);
+}
+
+extern "C" int kcuda_matmul_dinp_bf16_dgelu(kcuda_ctx *ctx, kcuda_bf16 *dinp,
+                                            const kcuda_bf16 *dout, const kcuda_bf16 *weight,
+                                            const kcuda_bf16 *pre, int M, int K, int N)
+{
+    int rc = check_shape(ctx, "kcuda_matmul_dinp_bf16_dgelu", M, K, N);
+    if (rc < 0)
+        return rc;
+    struct gemm_args g = {DT_BF16, CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, weight, K, dout, N,
+                          dinp, K, 0.0f, NULL, 0, NULL, GEMM_DGELU, pre, K};
+    return lt_matmul(ctx, &g);
+}
+
 /* ---- matmul backward with fp32 weight gradients ---------------------------------- */
 
 extern "C" int kcuda_matmul_backward_bf16_f32w(kcuda_ctx *ctx, kcuda_bf16 *dinp,
@@ -542,14 +598,14 @@ extern "C" int kcuda_matmul_backward_bf16_f32w(kcuda_ctx *ctx, kcuda_bf16 *dinp,
                           "kcuda_matmul_backward_bf16_f32w: dbias_set needs dweight");
     if (dinp) {
         struct gemm_args g = {DT_BF16, CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, weight, K, dout, N,
-                              dinp, K, dinp_accumulate ? 1.0f : 0.0f, NULL, 0, NULL};
+                              dinp, K, dinp_accumulate ? 1.0f : 0.0f, NULL, 0, NULL, GEMM_PLAIN, NULL, 0};
         if ((rc = lt_matmul(ctx, &g)) < 0)
             return rc;
     }
     if (dweight) {
         /* B = dout (op T, [N, M] column-major), k = M: BGRADB sums dout over the rows. */
         struct gemm_args g = {DT_BF16_F32OUT, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, inp, K, dout,
-                              N, dweight, K, 1.0f, dbias_set, dbias_set != NULL, NULL};
+                              N, dweight, K, 1.0f, dbias_set, dbias_set != NULL, NULL, GEMM_PLAIN, NULL, 0};
         if ((rc = lt_matmul(ctx, &g)) < 0)
             return rc;
     }

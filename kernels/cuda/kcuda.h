@@ -452,6 +452,16 @@ int kcuda_matmul_backward_bf16_f32w(kcuda_ctx *ctx, kcuda_bf16 *dinp, int dinp_a
                                     const kcuda_bf16 *inp, const kcuda_bf16 *weight, int M,
                                     int K, int N);
 
+/* GELU (cuBLASLt's, the tanh form) in the GEMM's epilogue, all bf16: the forward writes
+ * pre = inp . weight^T + bias and out = gelu(pre); the backward's dinp = (dout . weight) *
+ * gelu'(pre) (written).  Shapes as kcuda_matmul_forward_bf16 / the dinp product. */
+int kcuda_matmul_forward_bf16_gelu(kcuda_ctx *ctx, kcuda_bf16 *out, kcuda_bf16 *pre,
+                                   const kcuda_bf16 *inp, const kcuda_bf16 *weight,
+                                   const kcuda_bf16 *bias, int M, int K, int N);
+int kcuda_matmul_dinp_bf16_dgelu(kcuda_ctx *ctx, kcuda_bf16 *dinp, const kcuda_bf16 *dout,
+                                 const kcuda_bf16 *weight, const kcuda_bf16 *pre, int M, int K,
+                                 int N);
+
 /* ---- FP8 GEMMs (gemm_fp8.cu) --------------------------------------------------------
  * The two OCP FP8 formats, one byte each, numbered as kernels.h's kfp8_format. */
 enum { KCUDA_FP8_E4M3 = 0, KCUDA_FP8_E5M2 = 1 };

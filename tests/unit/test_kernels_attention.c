@@ -190,12 +190,72 @@ static void test_threads(void **state)
     free(q), free(k), free(v), free(dout);
 }
 
+/* Attention on fused rows (q, k, v the column blocks of [N, (Hq + 2 Hkv) D], the
+ * gradients added into fused rows of their own: kcpu_attention_*_ld) is bitwise the
+ * contiguous attention on the same values; the fused gradient's columns outside q, k, v
+ * (a padded row) stay untouched. */
+static void test_row_strides(void **state)
+{
+    (void)state;
+    tu_rng rng = tu_rng_fresh();
+    int lens[3] = {1, 9 + tu_randint(&rng, 0, 60), 70}, cu[4] = {0};
+    for (int s = 0; s < 3; s++)
+        cu[s + 1] = cu[s] + lens[s];
+    int N = cu[3], Hq = 4, Hkv = 2, D = 8, QD = Hq * D, KD = Hkv * D;
+    int ld = QD + 2 * KD + 3;   /* 3 pad columns */
+    size_t nq = (size_t)N * QD, nk = (size_t)N * KD, nf = (size_t)N * ld;
+    float *f = tu_falloc(nf), *q = tu_falloc(nq), *k = tu_falloc(nk), *v = tu_falloc(nk);
+    float *dout = tu_falloc(nq), *df = tu_falloc(nf), *df0 = tu_falloc(nf);
+    tu_fill_normal(&rng, f, nf, 0, 1);
+    tu_fill_normal(&rng, dout, nq, 0, 1);
+    tu_fill_normal(&rng, df, nf, 0, 1);
+    memcpy(df0, df, nf * sizeof(float));
+    for (int i = 0; i < N; i++) {
+        memcpy(q + (size_t)i * QD, f + (size_t)i * ld, QD * sizeof(float));
+        memcpy(k + (size_t)i * KD, f + (size_t)i * ld + QD, KD * sizeof(float));
+        memcpy(v + (size_t)i * KD, f + (size_t)i * ld + QD + KD, KD * sizeof(float));
+    }
+    for (int causal = 0; causal < 2; causal++) {
+        float *o[2] = {tu_falloc(nq), tu_falloc(nq)};
+        float *l[2] = {tu_falloc((size_t)N * Hq), tu_falloc((size_t)N * Hq)};
+        float *dq = tu_falloc(nq), *dk = tu_falloc(nk), *dv = tu_falloc(nk);
+        for (size_t i = 0; i < nq; i++)   /* the fused gradient's starting values */
+            dq[i] = df0[(i / QD) * ld + i % QD];
+        for (size_t i = 0; i < nk; i++) {
+            dk[i] = df0[(i / KD) * ld + QD + i % KD];
+            dv[i] = df0[(i / KD) * ld + QD + KD + i % KD];
+        }
+        memcpy(df, df0, nf * sizeof(float));
+        kcpu_attention_forward(o[0], l[0], q, k, v, cu, 3, Hq, Hkv, D, causal);
+        kcpu_attention_forward_ld(o[1], l[1], f, f + QD, f + QD + KD, ld, ld, ld, cu, 3, Hq, Hkv,
+                                  D, causal);
+        TU_ASSERT_BITWISE(o[0], o[1], nq, &rng, "out on fused rows");
+        TU_ASSERT_BITWISE(l[0], l[1], (size_t)N * Hq, &rng, "lse on fused rows");
+        kcpu_attention_backward(dq, dk, dv, dout, q, k, v, o[0], l[0], cu, 3, Hq, Hkv, D,
+                                causal);
+        kcpu_attention_backward_ld(df, df + QD, df + QD + KD, dout, f, f + QD, f + QD + KD,
+                                   o[1], l[1], ld, ld, ld, cu, 3, Hq, Hkv, D, causal);
+        for (int i = 0; i < N; i++) {
+            const float *r = df + (size_t)i * ld;
+            TU_ASSERT_BITWISE(dq + (size_t)i * QD, r, (size_t)QD, &rng, "dq in fused rows");
+            TU_ASSERT_BITWISE(dk + (size_t)i * KD, r + QD, (size_t)KD, &rng, "dk in fused rows");
+            TU_ASSERT_BITWISE(dv + (size_t)i * KD, r + QD + KD, (size_t)KD, &rng,
+                              "dv in fused rows");
+            TU_ASSERT_BITWISE(df0 + (size_t)i * ld + QD + 2 * KD, r + QD + 2 * KD, 3, &rng,
+                              "pad columns untouched");
+        }
+        free(o[0]), free(o[1]), free(l[0]), free(l[1]), free(dq), free(dk), free(dv);
+    }
+    free(f), free(q), free(k), free(v), free(dout), free(df), free(df0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_backward),
         cmocka_unit_test(test_forward_large),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_row_strides),
     };
     return cmocka_run_group_tests_name("kernels_attention", tests, NULL, NULL);
 }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kdev.h"
 #include "kernels.h"
 #include "kernels/cpu/gemm.h"
 #include "support/testutil.h"
@@ -228,6 +229,34 @@ static void test_gemm_core(void **state)
     free(a), free(b), free(c0), free(ref);
 }
 
+/* kdev_matmul_forward_residual on the cpu: bitwise the product into a scratch followed
+ * by kdev_add (what the model ran before it), with and without a bias. */
+static void test_forward_residual(void **state)
+{
+    (void)state;
+    tu_rng rng = tu_rng_fresh();
+    int M = 1 + tu_randint(&rng, 0, 40), K = 1 + tu_randint(&rng, 0, 70), N = 33;
+    float *inp = tu_falloc((size_t)M * K), *w = tu_falloc((size_t)N * K), *b = tu_falloc(N);
+    float *res = tu_falloc((size_t)M * N), *tmp = tu_falloc((size_t)M * N);
+    float *want = tu_falloc((size_t)M * N), *got = tu_falloc((size_t)M * N);
+    tu_fill_normal(&rng, inp, (size_t)M * K, 0, 1);
+    tu_fill_normal(&rng, w, (size_t)N * K, 0, 1);
+    tu_fill_normal(&rng, b, N, 0, 1);
+    tu_fill_normal(&rng, res, (size_t)M * N, 0, 1);
+    kdev *d = NULL;
+    char err[256];
+    assert_int_equal(kdev_create(&d, KDEV_CPU, err, sizeof err), 0);
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        const float *bias = with_bias ? b : NULL;
+        assert_int_equal(kdev_matmul_forward(d, tmp, inp, w, bias, M, K, N), 0);
+        assert_int_equal(kdev_add(d, want, res, tmp, (size_t)M * N), 0);
+        assert_int_equal(kdev_matmul_forward_residual(d, got, res, inp, w, bias, M, K, N), 0);
+        TU_ASSERT_BITWISE(want, got, (size_t)M * N, &rng, "residual forward");
+    }
+    kdev_free(d);
+    free(inp), free(w), free(b), free(res), free(tmp), free(want), free(got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -237,6 +266,7 @@ int main(void)
         cmocka_unit_test(test_accumulate_and_null),
         cmocka_unit_test(test_threads_bitwise),
         cmocka_unit_test(test_gemm_core),
+        cmocka_unit_test(test_forward_residual),
     };
     return cmocka_run_group_tests_name("kernels_matmul", tests, NULL, NULL);
 }

@@ -404,8 +404,7 @@ int kdev_add_bias(kdev *d, float *x, const float *bias, int n, int C)
 int kdev_matmul_forward(kdev *d, float *out, const float *inp, const float *weight,
                         const float *bias, int M, int K, int N)
 {
-    MARK(d, "matmul_forward");
-    return note(d, d->ops->matmul_forward(d, out, inp, weight, bias, NULL, M, K, N));
+    return kdev_matmul_forward_residual(d, out, NULL, inp, weight, bias, M, K, N);
 }
 
 int kdev_matmul_forward_residual(kdev *d, float *out, const float *res, const float *inp,
@@ -513,9 +512,8 @@ int kdev_attention_forward(kdev *d, float *out, float *lse, const float *q, cons
                            const float *v, const int *cu_seqlens, int nseq, int max_seqlen,
                            int N, int Hq, int Hkv, int D, int causal)
 {
-    MARK(d, "attention_forward");
-    return note(d, d->ops->attention_forward(d, out, lse, q, k, v, 0, 0, 0, cu_seqlens, nseq,
-                                             max_seqlen, N, Hq, Hkv, D, causal));
+    return kdev_attention_forward_ld(d, out, lse, q, k, v, 0, 0, 0, cu_seqlens, nseq,
+                                     max_seqlen, N, Hq, Hkv, D, causal);
 }
 
 int kdev_attention_forward_ld(kdev *d, float *out, float *lse, const float *q, const float *k,
@@ -546,10 +544,8 @@ int kdev_attention_backward_set(kdev *d, float *dq, float *dk, float *dv, const 
                                 int nseq, int max_seqlen, int N, int Hq, int Hkv, int D,
                                 int causal)
 {
-    MARK(d, "attention_backward");
-    return note(d, d->ops->attention_backward(d, dq, dk, dv, dout, q, k, v, out, lse, 0, 0, 0,
-                                              cu_seqlens, nseq, max_seqlen, N, Hq, Hkv, D,
-                                              causal, 1));
+    return kdev_attention_backward_ld_set(d, dq, dk, dv, dout, q, k, v, out, lse, 0, 0, 0,
+                                          cu_seqlens, nseq, max_seqlen, N, Hq, Hkv, D, causal);
 }
 
 int kdev_attention_backward_ld_set(kdev *d, float *dq, float *dk, float *dv,

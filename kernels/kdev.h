@@ -157,7 +157,7 @@ int kdev_matmul_forward(kdev *d, float *out, const float *inp, const float *weig
 /* out = res + inp . weight^T (+ bias): a linear whose output joins the residual stream,
  * res and out fp32 [M, N] (not activation memory; out is neither res nor inp).  A GPU adds
  * res in the GEMM's epilogue; the cpu adds it after the product, bitwise the matmul into
- * a scratch followed by kdev_add(out, res, scratch). */
+ * a scratch followed by kdev_add(out, res, scratch).  res NULL: kdev_matmul_forward. */
 int kdev_matmul_forward_residual(kdev *d, float *out, const float *res, const float *inp,
                                  const float *weight, const float *bias, int M, int K, int N);
 int kdev_matmul_backward(kdev *d, float *dinp, float *dweight, float *dbias,

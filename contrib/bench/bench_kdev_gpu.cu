@@ -268,8 +268,10 @@ static void gelu_raw(bench *b)
     t[3] = bg_median_ms(k, "fc2 dinp DGELU", 2, REPS, [&]() {
         return kcuda_matmul_dinp_bf16_dgelu(k, (mb)du, (cb)dy, (cb)w2, (cb)u, N, F, C);
     });
-    const char *names[4] = { "raw fc1 forward + GELU kernel", "raw fc1 forward, GELU_AUX_BIAS epilogue",
-                             "raw fc2 dinp + GELU backward kernel", "raw fc2 dinp, DGELU epilogue" };
+    const char *names[4] = { "raw fc1 forward + GELU kernel",
+                             "raw fc1 forward, GELU_AUX_BIAS epilogue",
+                             "raw fc2 dinp + GELU backward kernel",
+                             "raw fc2 dinp, DGELU epilogue" };
     for (int i = 0; i < 4; i++)
         printf("| (aside) %s | %.3f | - | - | | %.0f |\n", names[i], t[i], gf / t[i]);
     void *all[] = { x, w1, b1, u, a, w2, dy, da, du };

@@ -496,7 +496,8 @@ extern "C" int kcuda_matmul_dinp_bf16_f32out(kcuda_ctx *ctx, float *dinp,
         return kcuda_fail(ctx, KCUDA_EARG, "kcuda_matmul_dinp_bf16_f32out: ldd %d < N %d", ldd,
                           N);
     struct gemm_args g = {DT_BF16_F32OUT, CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, weight, K, dout,
-                          ldd, dinp, K, accumulate ? 1.0f : 0.0f, NULL, 0, NULL, GEMM_PLAIN, NULL, 0};
+                          ldd, dinp, K, accumulate ? 1.0f : 0.0f, NULL, 0, NULL, GEMM_PLAIN,
+                          NULL, 0};
     return lt_matmul(ctx, &g);
 }
 
@@ -598,14 +599,16 @@ extern "C" int kcuda_matmul_backward_bf16_f32w(kcuda_ctx *ctx, kcuda_bf16 *dinp,
                           "kcuda_matmul_backward_bf16_f32w: dbias_set needs dweight");
     if (dinp) {
         struct gemm_args g = {DT_BF16, CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, weight, K, dout, N,
-                              dinp, K, dinp_accumulate ? 1.0f : 0.0f, NULL, 0, NULL, GEMM_PLAIN, NULL, 0};
+                              dinp, K, dinp_accumulate ? 1.0f : 0.0f, NULL, 0, NULL,
+                              GEMM_PLAIN, NULL, 0};
         if ((rc = lt_matmul(ctx, &g)) < 0)
             return rc;
     }
     if (dweight) {
         /* B = dout (op T, [N, M] column-major), k = M: BGRADB sums dout over the rows. */
         struct gemm_args g = {DT_BF16_F32OUT, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, inp, K, dout,
-                              N, dweight, K, 1.0f, dbias_set, dbias_set != NULL, NULL, GEMM_PLAIN, NULL, 0};
+                              N, dweight, K, 1.0f, dbias_set, dbias_set != NULL, NULL,
+                              GEMM_PLAIN, NULL, 0};
         if ((rc = lt_matmul(ctx, &g)) < 0)
             return rc;
     }

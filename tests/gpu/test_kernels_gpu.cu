@@ -513,11 +513,65 @@ static int t_adamw(struct tctx *t)
     return fail;
 }
 
+/* cuBLASLt's GELU epilogues (kcuda_matmul_forward_bf16_gelu, kcuda_matmul_dinp_bf16_dgelu)
+ * against the cpu's matmul followed by its tanh GELU (forward: out and pre, both poisoned
+ * first; backward: dinp written from a fresh pre-activation). */
+static int t_matmul_gelu(struct tctx *t)
+{
+    int fail = 0;
+    for (size_t s = 0; s < sizeof gemm_shapes / sizeof gemm_shapes[0]; s++) {
+        int M = gemm_shapes[s][0], K = gemm_shapes[s][1], N = gemm_shapes[s][2];
+        size_t mk = (size_t)M * K, nk = (size_t)N * K, mn = (size_t)M * N;
+        struct gu_pool p = {};
+        float *inp = gu_ph(&p, gu_rand(&t->rng, mk, -1, 1, 1));
+        float *w = gu_ph(&p, gu_rand(&t->rng, nk, -0.2f, 0.2f, 1));
+        float *b = gu_ph(&p, gu_rand(&t->rng, N, -1, 1, 1));
+        float *dout = gu_ph(&p, gu_rand(&t->rng, mn, -1, 1, 1));
+        float *pre = gu_ph(&p, gu_rand(&t->rng, mk, -3, 3, 1));   /* the backward's */
+        void *d_inp = gu_pd(&p, gu_upload(inp, mk, 1)), *d_w = gu_pd(&p, gu_upload(w, nk, 1));
+        void *d_b = gu_pd(&p, gu_upload(b, N, 1)), *d_dout = gu_pd(&p, gu_upload(dout, mn, 1));
+        void *d_pre = gu_pd(&p, gu_upload(pre, mk, 1));
+        void *d_out = gu_pd(&p, gu_poisoned(mn, 1)), *d_u = gu_pd(&p, gu_poisoned(mn, 1));
+        void *d_dinp = gu_pd(&p, gu_poisoned(mk, 1));
+        float *ru = gu_ph(&p, (float *)malloc(mn * sizeof(float)));
+        float *ra = gu_ph(&p, (float *)malloc(mn * sizeof(float)));
+        float *rda = gu_ph(&p, (float *)calloc(mk, sizeof(float)));
+        float *rdi = gu_ph(&p, (float *)calloc(mk, sizeof(float)));
+        if (!d_inp || !d_w || !d_b || !d_dout || !d_pre || !d_out || !d_u || !d_dinp || !ru ||
+            !ra || !rda || !rdi) {
+            gu_pool_free(&p);
+            return 1;
+        }
+        kcpu_matmul_forward(ru, inp, w, b, M, K, N);
+        kcpu_gelu_forward(ra, ru, mn, KGELU_TANH);
+        kcpu_matmul_backward(rda, NULL, NULL, dout, inp, w, M, K, N);
+        kcpu_gelu_backward(rdi, rda, pre, mk, KGELU_TANH);
+        typedef const kcuda_bf16 *cb;
+        if (!rc_ok(t, kcuda_matmul_forward_bf16_gelu(t->k, (kcuda_bf16 *)d_out,
+                                                     (kcuda_bf16 *)d_u, (cb)d_inp, (cb)d_w,
+                                                     (cb)d_b, M, K, N),
+                   "matmul_forward_bf16_gelu") ||
+            !rc_ok(t, kcuda_matmul_dinp_bf16_dgelu(t->k, (kcuda_bf16 *)d_dinp, (cb)d_dout,
+                                                   (cb)d_w, (cb)d_pre, M, K, N),
+                   "matmul_dinp_bf16_dgelu")) {
+            gu_pool_free(&p);
+            return 1;
+        }
+        char nm[64];
+        snprintf(nm, sizeof nm, "gelu_out[%d,%d,%d]", M, K, N);
+        fail |= check(t, nm, d_out, ra, mn, 1);
+        fail |= check(t, "gelu_pre", d_u, ru, mn, 1);
+        fail |= check(t, "dgelu_dinp", d_dinp, rdi, mk, 1);
+        gu_pool_free(&p);
+    }
+    return fail;
+}
+
 /* ---- runner ---------------------------------------------------------------------- */
 
 static const struct gu_test<struct tctx> tests[] = {
     {"matmul_f32", t_matmul_f32},       {"matmul_bf16", t_matmul_bf16},
-    {"matmul_bf16_f32w", t_matmul_f32w},
+    {"matmul_bf16_f32w", t_matmul_f32w}, {"matmul_bf16_gelu", t_matmul_gelu},
     {"gemm_algo_cache", t_gemm_cache},  {"rmsnorm_f32", t_rmsnorm_f32},
     {"rmsnorm_bf16", t_rmsnorm_bf16},   {"swiglu_f32", t_swiglu_f32},
     {"swiglu_bf16", t_swiglu_bf16},     {"crossentropy_f32", t_crossentropy},
